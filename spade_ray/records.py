@@ -1,0 +1,170 @@
+"""Typed records passed between the stages of spade-ray, with a JSON round trip.
+
+Every record is a frozen dataclass; units are in the field names. `to_dict` / `from_dict` are the
+one serialisation path (trace store, Ray, CLI `--json`), so a record read back equals the record
+written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import typing
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+
+class ExecStatus(str, enum.Enum):
+    """How one execution ended. Exactly one applies; limits are checked before `error`."""
+
+    OK = "ok"  # exit code 0 (for a check: and every test passed, confirmed by the sentinel)
+    ERROR = "error"  # non-zero exit, uncaught exception or a crash signal (SIGSEGV, SIGABRT ...)
+    TIMEOUT = "timeout"  # wall-clock deadline or the CPU-seconds limit of the process tree
+    MEMORY_LIMIT = "memory_limit"  # the memory cgroup's OOM killer, or MemoryError under rlimit
+    OUTPUT_LIMIT = "output_limit"  # stdout+stderr over the cap, or a file over the size limit
+    KILLED = "killed"  # killed by a signal that no limit of ours explains
+    SANDBOX_ERROR = "sandbox_error"  # the sandbox itself failed; says nothing about the code
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Resource limits of one execution (the whole process tree, not one process)."""
+
+    timeout_s: float = 10.0
+    cpu_s: float = 10.0
+    memory_mb: int = 512
+    max_output_bytes: int = 1_000_000  # stdout + stderr together
+    max_processes: int = 64  # processes and threads
+    max_file_mb: int = 16  # largest single file
+    tmp_mb: int = 64  # the working directory (a tmpfs)
+    tmp_inodes: int = 4096  # files and directories in the working directory
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"Limits.{field.name} must be a positive number, got {value!r}")
+        if self.memory_mb < 16:
+            raise ValueError(f"Limits.memory_mb={self.memory_mb} is too small to start Python "
+                             "(use at least 16)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecResult:
+    """What one execution did, measured from outside the code."""
+
+    status: ExecStatus
+    exit_code: int | None  # negative: killed by that signal; None: no exit status was seen
+    stdout: str  # decoded as UTF-8 with replacement
+    stderr: str
+    truncated: bool  # output was cut at Limits.max_output_bytes
+    wall_s: float
+    cpu_s: float  # user + system, whole process tree
+    peak_memory_mb: float  # whole tree (cgroup); largest single process where cgroups are off
+    env_hash: str  # interpreter, packages, backend, limits, image: what reproduces this result
+    limits_enforced_by: str  # e.g. "cgroup-v1", "cgroup-v2", "docker", "rlimit (degraded: ...)"
+    detail: str = ""  # why the status was chosen, in words (which limit, which signal)
+
+
+@dataclasses.dataclass(frozen=True)
+class TestSuite:
+    """A task's tests: assert statements (one outcome each) and/or a check program.
+
+    A check program defines `check(candidate)` (HumanEval's form); it is called with the
+    solution's `entry_point` and counts as one test.
+    """
+
+    __test__ = False  # not a pytest class, despite the name
+
+    asserts: tuple[str, ...] = ()
+    check: str | None = None
+    entry_point: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.asserts and not self.check:
+            raise ValueError("a TestSuite needs at least one assert statement or a check program")
+        if self.check and not self.entry_point:
+            raise ValueError("a check program needs the entry_point it is called with")
+        for i, source in enumerate(self.asserts):
+            _must_compile(source, f"asserts[{i}]")
+        if self.check:
+            _must_compile(self.check, "check")
+
+    @property
+    def total(self) -> int:
+        return len(self.asserts) + (1 if self.check else 0)
+
+
+def _must_compile(source: str, where: str) -> None:
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError(f"test {where} is empty or not text")
+    try:
+        compile(source, f"<{where}>", "exec")
+    except SyntaxError as e:
+        raise ValueError(f"test {where} is not valid Python: {e.msg} (line {e.lineno})") from e
+
+
+@dataclasses.dataclass(frozen=True)
+class TestOutcome:
+    __test__ = False
+
+    name: str  # "assert[3]" or "check"
+    outcome: str  # "passed" | "failed" | "error"
+    message: str
+    wall_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """A candidate run against a task's tests. `passed` needs the harness's sentinel."""
+
+    execution: ExecResult
+    outcomes: tuple[TestOutcome, ...]
+    tests_total: int
+    passed: bool
+
+    @property
+    def tests_passed(self) -> int:
+        return sum(o.outcome == "passed" for o in self.outcomes)
+
+    @property
+    def fraction_passed(self) -> float:
+        return self.tests_passed / self.tests_total if self.tests_total else 0.0
+
+
+def to_dict(record: Any) -> dict[str, Any]:
+    """A record as plain JSON-able data (enums as their values, tuples as lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(record), default=_enum_value))
+
+
+def _enum_value(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def from_dict(cls: type[R], data: dict[str, Any]) -> R:
+    """Rebuild a record from `to_dict` output; unknown or missing fields are errors."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__} needs a JSON object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"unknown fields for {cls.__name__}: {sorted(unknown)}")
+    kwargs = {name: _convert(hints[name], value) for name, value in data.items()}
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return from_dict(hint, value)
+    if origin is tuple and value is not None:
+        (item_hint, _ellipsis) = typing.get_args(hint)
+        return tuple(_convert(item_hint, v) for v in value)
+    return value

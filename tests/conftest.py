@@ -1,0 +1,37 @@
+"""Shared fixtures: sandboxes per backend.
+
+Docker tests need an engine and the sandbox image (`make test` starts one and builds it). Without
+them they are skipped here, but CI sets SPADE_REQUIRE_DOCKER=1 and then they fail instead, so a
+broken Docker set-up can never pass silently.
+"""
+
+import os
+
+import pytest
+
+from spade_ray.execution import BackendUnavailable, Sandbox
+from spade_ray.records import Limits
+
+# Small limits keep the adversarial suite fast; each test states the limit it relies on.
+TEST_LIMITS = Limits(timeout_s=3.0, cpu_s=2.0, memory_mb=128, max_output_bytes=64_000,
+                     max_processes=32, max_file_mb=4, tmp_mb=16, tmp_inodes=512)
+
+
+def open_sandbox(backend: str, **kwargs) -> Sandbox:
+    try:
+        return Sandbox(backend=backend, **kwargs)
+    except BackendUnavailable as e:
+        if backend == "docker" and os.environ.get("SPADE_REQUIRE_DOCKER") != "1":
+            pytest.skip(f"docker backend unavailable: {e}")
+        raise
+
+
+@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def sandbox(backend):
+    with open_sandbox(backend, limits=TEST_LIMITS, workers=1) as sb:
+        yield sb

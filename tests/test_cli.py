@@ -1,0 +1,61 @@
+"""`spade-ray sandbox exec|check`, run as a user would (the installed console script)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SPADE_RAY = str(Path(sys.executable).parent / "spade-ray")
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([SPADE_RAY, *map(str, args)], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env=os.environ)
+
+
+def test_exec_json_prints_exactly_one_object_with_the_result_fields(tmp_path):
+    program = tmp_path / "p.py"
+    program.write_text("import sys; print(sys.stdin.read().upper())")
+    stdin = tmp_path / "in.txt"
+    stdin.write_text("hello")
+    out = cli("sandbox", "exec", program, "--stdin", stdin, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)  # one object, nothing else on stdout
+    assert data["status"] == "ok" and data["stdout"] == "HELLO\n"
+    assert {"exit_code", "wall_s", "cpu_s", "peak_memory_mb", "env_hash", "truncated"} <= set(data)
+
+
+def test_exec_timeout_flag_is_applied(tmp_path):
+    program = tmp_path / "p.py"
+    program.write_text("while True: pass")
+    out = cli("sandbox", "exec", program, "--timeout", "1", "--json")
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["status"] == "timeout"
+
+
+def test_check_reports_per_test_outcomes(tmp_path):
+    task = tmp_path / "task.json"
+    task.write_text(json.dumps({"tests": ["assert inc(1) == 2", "assert inc(5) == 7"]}))
+    solution = tmp_path / "s.py"
+    solution.write_text("def inc(x):\n    return x + 1\n")
+    out = cli("sandbox", "check", task, solution, "--json")
+    assert out.returncode == 1
+    data = json.loads(out.stdout)
+    assert [o["outcome"] for o in data["outcomes"]] == ["passed", "failed"]
+    assert data["fraction_passed"] == 0.5
+
+
+def test_empty_program_is_a_named_error(tmp_path):
+    program = tmp_path / "empty.py"
+    program.write_text("")
+    out = cli("sandbox", "exec", program)
+    assert out.returncode == 2
+    assert "empty" in out.stderr
+
+
+def test_unknown_backend_is_a_named_error(tmp_path):
+    program = tmp_path / "p.py"
+    program.write_text("print(1)")
+    out = cli("sandbox", "exec", program, "--backend", "podman")
+    assert out.returncode == 2 and "podman" in out.stderr
