@@ -23,6 +23,7 @@ docker:
 	sandbox/build_image.sh
 
 test: install docker
+	$(BIN)/ruff check spade_ray sandbox tests bench
 	$(BIN)/python -m pytest -q
 
 run: install

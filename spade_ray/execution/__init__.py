@@ -5,7 +5,7 @@
         result = sb.run("print(1 + 1)")
 """
 
-from spade_ray.execution.local import BackendUnavailable
+from spade_ray.execution.protocol import BackendUnavailable
 from spade_ray.execution.sandbox import BACKENDS, Sandbox, SandboxInputError
 
 __all__ = ["BACKENDS", "BackendUnavailable", "Sandbox", "SandboxInputError"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -34,7 +33,14 @@ from pathlib import Path
 
 from spade_ray.execution import cgroups
 from spade_ray.execution.channel import Channel, ChannelError, fd_reader, fd_writer
+from spade_ray.execution.packages import package_dirs, package_versions
 from spade_ray.execution.protocol import (
+    HARNESS,
+    HOST_GRACE_S,
+    JAIL_HARNESS,
+    JAIL_SITE,
+    START_TIMEOUT_S,
+    BackendUnavailable,
     Measured,
     build_request,
     confirmed_report,
@@ -44,17 +50,8 @@ from spade_ray.execution.protocol import (
 )
 from spade_ray.records import ExecResult, Limits, TestSuite
 
-HARNESS = Path(__file__).resolve().parents[2] / "sandbox" / "harness.py"
-JAIL_HARNESS = "/opt/spade-sandbox/harness.py"
-JAIL_SITE = "/opt/spade-sandbox/site"
 SANDBOX_UID = 65534
 MOUNT_ROOT = Path("/run/spade-ray")
-HOST_GRACE_S = 5.0  # the harness enforces the limits; this only catches a hung harness
-START_TIMEOUT_S = 30.0
-
-
-class BackendUnavailable(RuntimeError):
-    """The backend cannot run here; the message says what is missing and how to get it."""
 
 
 def find_bwrap() -> str:
@@ -89,21 +86,6 @@ def _world_accessible(path: Path) -> bool:
     if not mode & stat.S_IXOTH or not mode & stat.S_IROTH:
         return False
     return all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
-
-
-def _package_dirs(packages: tuple[str, ...]) -> dict[str, Path]:
-    """Top-level import names -> their directory on the host (plus vendored `<name>.libs`)."""
-    dirs = {}
-    for name in packages:
-        spec = importlib.util.find_spec(name)
-        if spec is None or not spec.submodule_search_locations:
-            raise BackendUnavailable(f"whitelisted package {name!r} is not an installed package")
-        path = Path(list(spec.submodule_search_locations)[0])
-        dirs[name] = path
-        libs = path.parent / f"{name}.libs"
-        if libs.is_dir():
-            dirs[libs.name] = libs
-    return dirs
 
 
 class _TmpfsMount:
@@ -155,7 +137,7 @@ class LocalWorker:
                  max_runs: int = 1000) -> None:
         self.bwrap = find_bwrap()
         self.python = find_python()
-        self.packages = _package_dirs(packages)
+        self.packages = package_dirs(packages)
         self.limits = limits
         self.max_runs = max_runs
         LocalWorker._counter += 1
@@ -205,13 +187,14 @@ class LocalWorker:
         self._facts = {
             "backend": "local", "python": ready["python"], "interpreter": self.python,
             "harness": hashlib.sha256(HARNESS.read_bytes()).hexdigest()[:16],
-            "packages": {n: _version(n) for n in sorted(self.packages)},
+            "packages": package_versions(self.packages),
             "enforced_by": self.enforced_by + tmp_note,
         }
         self._runs = 0
 
     def _work_dir(self) -> tuple[list[str], str]:
         if os.geteuid() == 0:
+            remove_stale_mounts()
             self._mount = _TmpfsMount(self.name, self.limits)
             return ["--bind", str(self._mount.path), "/work"], ""
         return (["--size", str(self.limits.tmp_mb * 2**20), "--tmpfs", "/work"],
@@ -296,7 +279,7 @@ class LocalWorker:
                                         limits)
         try:
             request = build_request(code, stdin, limits, tests, handshake=cgroup is not None,
-                                    rlimit_nproc=True)
+                                    rlimit_nproc=True, memory_cgroup=cgroup is not None)
             reply = self._exchange(request, limits, cgroup)
             measured = Measured(*cgroup.stats()) if cgroup else Measured()
         except (ChannelError, OSError) as e:
@@ -326,9 +309,3 @@ class LocalWorker:
             raise ChannelError(f"harness error: {reply['harness_error']}")
         return reply
 
-
-def _version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"

@@ -13,12 +13,23 @@ import hashlib
 import json
 import secrets
 import signal
+from pathlib import Path
 from typing import Any
 
 from spade_ray.records import ExecResult, ExecStatus, Limits, TestSuite
 
+HARNESS = Path(__file__).resolve().parents[2] / "sandbox" / "harness.py"
+JAIL_HARNESS = "/opt/spade-sandbox/harness.py"  # where every backend puts it inside the jail
+JAIL_SITE = "/opt/spade-sandbox/site"  # whitelisted packages, on the harness's sys.path
+HOST_GRACE_S = 5.0  # the harness enforces the limits; this only catches a hung harness
+START_TIMEOUT_S = 30.0
+
 CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
                  signal.SIGSYS, signal.SIGTRAP}
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot run here; the message says what is missing and how to get it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,9 +41,21 @@ class Measured:
     oom_killed: bool = False
 
 
+def address_space_mb(limits: Limits, memory_cgroup: bool) -> int:
+    """RLIMIT_AS for the candidate. Under a memory cgroup it is only a backstop, generous so that
+    thread stacks and allocator arenas never fail first but one giant malloc fails fast. Without
+    one it is the memory limit itself plus 128 MB of headroom: a forked candidate starts at
+    VmSize ~24 MB (measured in the jail, CPython 3.11) and each thread reserves an 8 MB stack."""
+    if memory_cgroup:
+        return 2 * limits.memory_mb + 1024
+    return limits.memory_mb + 128
+
+
 def build_request(code: str, stdin: bytes | None, limits: Limits, tests: TestSuite | None,
-                  *, handshake: bool, rlimit_nproc: bool) -> dict[str, Any]:
+                  *, handshake: bool, rlimit_nproc: bool, memory_cgroup: bool
+                  ) -> dict[str, Any]:
     request: dict[str, Any] = {
+        "address_space_mb": address_space_mb(limits, memory_cgroup),
         "code": code,
         "stdin": stdin.decode("latin-1") if stdin is not None else None,
         "limits": dataclasses.asdict(limits),

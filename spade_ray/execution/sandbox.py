@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from spade_ray.execution.checking import to_check_result
-from spade_ray.execution.local import BackendUnavailable, LocalWorker
+from spade_ray.execution.local import LocalWorker
+from spade_ray.execution.protocol import BackendUnavailable
 from spade_ray.records import CheckResult, ExecResult, Limits, TestSuite
 
 BACKENDS = ("local", "docker")

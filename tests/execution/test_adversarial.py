@@ -7,7 +7,6 @@ import dataclasses
 import os
 import socket
 import textwrap
-import threading
 import uuid
 
 import pytest

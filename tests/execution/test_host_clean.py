@@ -26,20 +26,21 @@ def sandbox_uid_processes() -> set[int]:
     return found
 
 
-def our_mounts() -> list[str]:
-    return [line for line in Path("/proc/self/mounts").read_text().splitlines()
-            if str(MOUNT_ROOT) in line]
+def our_mounts() -> set[str]:
+    return {line for line in Path("/proc/self/mounts").read_text().splitlines()
+            if str(MOUNT_ROOT) in line}
 
 
-def our_cgroups() -> list[Path]:
-    return [p for p in Path("/sys/fs/cgroup").glob(f"*/{cgroups.GROUP}/w-{os.getpid()}-*")]
+def our_cgroups() -> set[Path]:
+    return set(Path("/sys/fs/cgroup").glob(f"*/{cgroups.GROUP}/w-{os.getpid()}-*"))
 
 
 def test_nothing_of_the_local_sandbox_survives_close():
-    before = sandbox_uid_processes()
+    before = sandbox_uid_processes(), our_mounts(), our_cgroups()
     with open_sandbox("local", limits=TEST_LIMITS, workers=2) as sb:
         sb.run_many(HOSTILE)
-        assert sandbox_uid_processes() - before  # the warm jails are running
-    assert sandbox_uid_processes() - before == set()
-    assert our_mounts() == []
-    assert our_cgroups() == []
+        assert sandbox_uid_processes() - before[0]  # the warm jails are running
+        assert our_mounts() - before[1]  # with their working dirs mounted
+    assert sandbox_uid_processes() - before[0] == set()
+    assert our_mounts() - before[1] == set()
+    assert our_cgroups() - before[2] == set()

@@ -1,0 +1,337 @@
+"""Docker backend: a warm harness as PID 1 of a locked-down container, talked to over `attach`.
+
+Isolation: no network, read-only root, no capabilities, no-new-privileges, Docker's default
+seccomp profile, uid 65534, a private IPC namespace without /dev/shm, no core dumps; the working
+directory is a tmpfs capped in bytes and inodes that the harness empties after every run. The
+image is pinned by its ID. Limits: the container's memory (tmpfs pages included, no swap), pids
+and one-CPU cgroups hold the whole tree, with a margin for the harness, which shares them; the
+harness enforces wall-clock, tree-CPU, output and rlimits. Peak memory is the harness's figure
+(the largest process). The container is kept warm and destroyed after any timeout, OOM,
+violation, leftover process or failed cleanup, after `max_runs`, and when its limits change.
+
+Not protected against: kernel exploits beyond what namespaces, seccomp and an unprivileged uid
+stop; CPU cache side channels; SysV / POSIX IPC objects one run leaves for the next run of the
+same container (one IPC namespace per container, as for the bwrap backend's jail).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import select
+import signal
+import socket
+import struct
+import time
+from pathlib import Path
+
+import docker
+from docker.errors import DockerException, ImageNotFound, NotFound
+
+from spade_ray.execution.channel import Channel, ChannelError
+from spade_ray.execution.packages import package_dirs, package_versions
+from spade_ray.execution.protocol import (
+    HARNESS,
+    HOST_GRACE_S,
+    JAIL_HARNESS,
+    JAIL_SITE,
+    START_TIMEOUT_S,
+    BackendUnavailable,
+    Measured,
+    build_request,
+    confirmed_report,
+    env_hash,
+    sandbox_error,
+    to_exec_result,
+)
+from spade_ray.records import ExecResult, ExecStatus, Limits, TestSuite
+
+BUILD_SCRIPT = HARNESS.parent / "build_image.sh"
+IMAGE_REPO = "spade-ray-sandbox"
+SANDBOX_USER = "65534:65534"
+LABEL = "spade-ray.sandbox"  # value: "<host name>:<host pid>", to find stale containers
+ENFORCED_BY = "docker (container limits; peak memory is the largest process)"
+# The harness shares the container's memory cgroup with the candidate: ~18 MB resident (measured:
+# VmRSS of PID 1 in the bookworm image), plus the stdout/stderr it buffers while the candidate
+# runs (up to the output cap, and the same again for the reply it builds).
+HARNESS_MARGIN_MB = 24
+# After these the container may hold damage we cannot see (a half-killed tree, a harness that
+# lost a race with the OOM killer): recycle it rather than reason about what survived.
+RECYCLE = {ExecStatus.TIMEOUT, ExecStatus.MEMORY_LIMIT, ExecStatus.OUTPUT_LIMIT,
+           ExecStatus.KILLED, ExecStatus.SANDBOX_ERROR}
+STDERR_KEEP_BYTES = 16384
+
+
+def image_tag() -> str:
+    """The tag build_image.sh gives: sha256 of harness.py then build_image.sh, 12 hex digits."""
+    digest = hashlib.sha256(HARNESS.read_bytes() + BUILD_SCRIPT.read_bytes()).hexdigest()
+    return f"{IMAGE_REPO}:{digest[:12]}"
+
+
+def connect() -> docker.DockerClient:
+    try:
+        client = docker.from_env()
+        client.ping()
+    except DockerException as e:
+        raise BackendUnavailable(f"cannot reach a Docker engine ({e}); start dockerd: "
+                                 "sandbox/start_dockerd.sh") from e
+    return client
+
+
+def find_image(client: docker.DockerClient, tag: str):
+    try:
+        return client.images.get(tag)
+    except ImageNotFound as e:
+        raise BackendUnavailable(f"sandbox image {tag} not found (it follows the current "
+                                 "harness.py); build it: sandbox/build_image.sh") from e
+
+
+def remove_stale(client: docker.DockerClient) -> None:
+    """Remove sandbox containers left by dead host processes of this machine."""
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        owner_host, _, pid = container.labels.get(LABEL, "").rpartition(":")
+        if owner_host == host and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            try:
+                container.remove(force=True)
+            except DockerException:
+                pass  # another worker got there first, or removal is already under way
+
+
+def container_options(limits: Limits, packages: dict[str, Path], label: str) -> dict:
+    output_mb = -(-limits.max_output_bytes // 2**20)
+    memory = f"{limits.memory_mb + HARNESS_MARGIN_MB + 2 * output_mb}m"
+    return dict(
+        command=["python3", "-I", "-S", "-B", JAIL_HARNESS],
+        stdin_open=True, tty=False, init=False,  # the harness must be PID 1 (kill(-1) sweeps)
+        network_mode="none", read_only=True, cap_drop=["ALL"],
+        security_opt=["no-new-privileges"], user=SANDBOX_USER, hostname="sandbox",
+        ipc_mode="none",  # no /dev/shm: a writable mount that would outlive the run
+        mem_limit=memory, memswap_limit=memory,  # equal: no swap
+        pids_limit=limits.max_processes + 1,  # + the harness
+        nano_cpus=10**9,
+        # uid/gid: the harness (uid 65534) must own /work to empty it; `exec` like the bwrap
+        # backend's tmpfs (Docker defaults to noexec), so programs behave the same on both.
+        tmpfs={"/work": f"size={limits.tmp_mb}m,nr_inodes={limits.tmp_inodes},mode=0700,"
+                        f"uid=65534,gid=65534,exec"},
+        working_dir="/work", environment={},
+        ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0)],
+        volumes={str(p): {"bind": f"{JAIL_SITE}/{n}", "mode": "ro"} for n, p in packages.items()},
+        # The frames carry every program's output: no engine-side log of them on the host disk.
+        log_config={"type": "none"},
+        labels={LABEL: label}, auto_remove=False,
+    )
+
+
+class AttachStream:
+    """Docker's attach socket without a TTY: stdout/stderr come in frames with 8-byte headers
+    (stream type, 3 zero bytes, big-endian length). `read` returns stdout; stderr is kept."""
+
+    def __init__(self, sock) -> None:
+        self._io = sock
+        self._sock = sock._sock  # the raw socket: select() and deadlines need it
+        self._sock.settimeout(START_TIMEOUT_S)  # bounds sendall when the harness stops reading
+        self._raw = bytearray()
+        self._out = bytearray()
+        self.stderr = bytearray()
+        self._eof = False
+
+    def read(self, n: int, deadline: float) -> bytes:
+        while not self._out and not self._eof:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self._sock], [], [], remaining)[0]:
+                raise ChannelError("the harness did not answer before the host-side deadline")
+            self._demux(self._sock.recv(1 << 20))
+        chunk = bytes(self._out[:n])
+        del self._out[:n]
+        return chunk
+
+    def _demux(self, data: bytes) -> None:
+        if not data:
+            self._eof = True
+            return
+        self._raw += data
+        while len(self._raw) >= 8:
+            stream, size = struct.unpack(">BxxxL", self._raw[:8])
+            if len(self._raw) < 8 + size:
+                return
+            (self._out if stream == 1 else self.stderr).extend(self._raw[8:8 + size])
+            del self._raw[:8 + size]
+            del self.stderr[:-STDERR_KEEP_BYTES]
+
+    def write(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def close(self) -> None:
+        self._sock.close()
+        self._io.close()
+
+
+def host_oom_file(pid: int, container_id: str) -> Path | None:
+    """The container's OOM-kill counter file, when this host sees the engine's cgroups (a local
+    engine): memory.oom_control on cgroup v1, memory.events on v2. None otherwise."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        v1 = "memory" in controllers.split(",")
+        # The id check rules out a reused pid and a cgroup namespace that hides the real path.
+        if container_id in path and (v1 or controllers == ""):
+            found = Path("/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup", path.lstrip("/"),
+                         "memory.oom_control" if v1 else "memory.events")
+            if found.is_file():
+                return found
+    return None
+
+
+def oom_kills(text: str) -> int:
+    """The `oom_kill N` counter of memory.oom_control / memory.events (0 if absent)."""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def _container_shape(limits: Limits) -> tuple:
+    """The limits fixed when a container starts; the others travel with each request."""
+    return (limits.memory_mb, limits.max_processes, limits.max_output_bytes, limits.tmp_mb,
+            limits.tmp_inodes)
+
+
+class DockerWorker:
+    """One warm container. Not thread-safe: the Sandbox hands a worker to one thread at a time."""
+
+    def __init__(self, limits: Limits, packages: tuple[str, ...] = (),
+                 max_runs: int = 1000) -> None:
+        self.packages = package_dirs(packages)
+        self.limits = limits
+        self.max_runs = max_runs
+        self.enforced_by = ENFORCED_BY
+        self.client = connect()
+        tag = image_tag()
+        self.image = find_image(self.client, tag)
+        remove_stale(self.client)
+        self._container = None
+        self._stream: AttachStream | None = None
+        self._start()
+        self._facts = {
+            "backend": "docker", "image": self.image.id, "image_tag": tag,
+            "engine": self.client.version().get("Version", "unknown"),
+            "python": self._python,
+            "harness": hashlib.sha256(HARNESS.read_bytes()).hexdigest()[:16],
+            "packages": package_versions(self.packages),
+            "enforced_by": self.enforced_by,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _start(self) -> None:
+        started = time.monotonic()
+        label = f"{socket.gethostname()}:{os.getpid()}"
+        try:
+            self._container = self.client.containers.create(
+                self.image.id, name=f"spade-ray-{os.getpid()}-{secrets.token_hex(4)}",
+                **container_options(self.limits, self.packages, label))
+            # Attach before start: a stream attached later would miss the ready frame.
+            self._stream = AttachStream(self._container.attach_socket(
+                params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}))
+            self._channel = Channel(self._stream.read, self._stream.write)
+            self._container.start()
+            ready = self._channel.recv(time.monotonic() + START_TIMEOUT_S)
+            self._container.reload()  # State.Pid, for the host-side OOM counter
+        except (DockerException, ChannelError, OSError) as e:
+            err = self._stop().strip() or str(e)
+            hint = "; build it: sandbox/build_image.sh" if isinstance(e, ImageNotFound) else ""
+            raise BackendUnavailable(f"the docker sandbox ({self.image.id[:19]}) did not start: "
+                                     f"{err}{hint}") from e
+        self._python = ready.get("python", "unknown")
+        self._oom_file = host_oom_file(self._container.attrs["State"]["Pid"], self._container.id)
+        self._oom_seen = self._oom_count() if self._oom_file else 0
+        self._runs = 0
+        self.start_s = time.monotonic() - started
+
+    def _stop(self) -> str:
+        """Remove the container; return what the harness wrote on stderr (for error messages)."""
+        stderr = ""
+        if self._stream is not None:
+            stderr = self._stream.stderr.decode(errors="replace")
+            self._stream.close()
+            self._stream = None
+        if self._container is not None:
+            try:
+                self._container.remove(force=True)
+            except NotFound:
+                pass
+            except DockerException as e:  # the engine went away: nothing left to clean here
+                stderr += f"\n(removing container {self._container.short_id} failed: {e})"
+            self._container = None
+        return stderr
+
+    def close(self) -> None:
+        self._stop()
+        self.client.close()
+
+    # ------------------------------------------------------------------ running
+
+    @property
+    def env(self) -> dict:
+        return self._facts
+
+    def run(self, code: str, stdin: bytes | None, limits: Limits,
+            tests: TestSuite | None = None) -> tuple[ExecResult, dict]:
+        """Run one program; returns the result and the harness's raw test report (or {})."""
+        if self._container is None or _container_shape(limits) != _container_shape(self.limits):
+            self._stop()
+            self.limits = limits
+            self._start()
+        env = env_hash(self._facts, limits)
+        # uid 65534 is shared with every other container of the host user namespace, so
+        # RLIMIT_NPROC would count their processes too: the pids cgroup caps the tree instead.
+        request = build_request(code, stdin, limits, tests, handshake=False, rlimit_nproc=False,
+                                memory_cgroup=True)  # the container's: address space is a backstop
+        started = time.monotonic()
+        try:
+            reply = self._exchange(request, limits)
+            measured = Measured(oom_killed=self._oom_killed(reply))
+        except (ChannelError, DockerException, OSError) as e:
+            err = self._stop().strip()[-2000:]
+            detail = f"docker sandbox failed and was removed: {e}" + (f"; {err}" * bool(err))
+            return sandbox_error(detail, limits, env=env, enforced_by=self.enforced_by,
+                                 wall_s=time.monotonic() - started), {}
+        result = to_exec_result(reply, limits, measured, env=env, enforced_by=self.enforced_by)
+        self._runs += 1
+        if (result.status in RECYCLE or reply["survivors"] or reply["cleanup_error"]
+                or self._runs >= self.max_runs):
+            self._stop()  # a fresh container starts lazily on the next run
+        return result, confirmed_report(request, reply)
+
+    def _exchange(self, request: dict, limits: Limits) -> dict:
+        # The harness enforces the limits; this deadline only catches a hung harness.
+        deadline = time.monotonic() + limits.timeout_s + HOST_GRACE_S
+        self._channel.send(request)
+        reply = self._channel.recv(deadline)
+        if "harness_error" in reply:
+            raise ChannelError(f"harness error: {reply['harness_error']}")
+        return reply
+
+    def _oom_killed(self, reply: dict) -> bool:
+        """Did the memory cgroup's OOM killer act during this run? The harness cannot tell: it
+        only sees SIGKILL with no reason of its own. Docker's State.OOMKilled does not help
+        either: it describes the container's main process, which the OOM killer spares."""
+        if self._oom_file is None and (reply["exit_code"] != -signal.SIGKILL or reply["reason"]):
+            return False  # reading through the engine costs an exec: only for the OOM signature
+        count = self._oom_count()
+        killed, self._oom_seen = count > self._oom_seen, count
+        return killed
+
+    def _oom_count(self) -> int:
+        if self._oom_file is not None:  # a local engine: read the kernel's counter directly
+            return oom_kills(self._oom_file.read_text())
+        # A remote engine: the container sees its own cgroup (v1 bind mount, v2 namespace).
+        result = self._container.exec_run(["cat", "/sys/fs/cgroup/memory/memory.oom_control",
+                                           "/sys/fs/cgroup/memory.events"])
+        return oom_kills(result.output.decode(errors="replace"))
