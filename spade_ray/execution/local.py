@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from spade_ray.execution import cgroups
+from spade_ray.execution import cgroups, seccomp
 from spade_ray.execution.channel import Channel, ChannelError, fd_reader, fd_writer
 from spade_ray.execution.packages import package_dirs, package_versions
 from spade_ray.execution.protocol import (
@@ -152,29 +152,44 @@ class LocalWorker:
         self._start()
 
     def _cgroup_mode(self) -> tuple[str | None, str]:
+        """The cgroup version in use, and how limits are enforced, in words (for results)."""
+        notes = []
+        if os.geteuid() != 0:
+            notes.append("tmp inodes uncapped (not root)")
+        try:
+            seccomp.compile_filter()
+        except seccomp.UnsupportedArchitecture as e:
+            notes.append(f"no seccomp filter: {e}")
         try:
             version = cgroups.detect()
         except cgroups.CgroupUnavailable as e:
-            return None, f"rlimit (degraded: {e}; memory is per process, no pids cap)"
+            notes.insert(0, f"degraded: {e}; memory is per process, no pids cap")
+            return None, f"rlimit ({'; '.join(notes)})"
         cgroups.remove_stale(version, "w-")
-        return version, f"cgroup-{version}"
+        return version, f"cgroup-{version}+seccomp" + (f" ({'; '.join(notes)})" if notes else "")
 
     # ------------------------------------------------------------------ lifecycle
 
     def _start(self) -> None:
-        work_args, tmp_note = self._work_dir()
+        seccomp_fd = self._seccomp_fd()
         cmd = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
                "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
                "--hostname", "sandbox", "--ro-bind", "/usr", "/usr",
-               *self._root_links(), "--proc", "/proc", "--dev", "/dev", *work_args,
+               *self._root_links(), "--proc", "/proc", "--dev", "/dev", *self._work_dir(),
                "--ro-bind", str(HARNESS), JAIL_HARNESS, *self._python_binds(),
                "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/work", "--clearenv",
+               *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
                self.python, "-I", "-S", "-B", JAIL_HARNESS]
         as_nobody = {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, close_fds=True,
-                                      **(as_nobody if os.geteuid() == 0 else {}))
+        try:
+            self._proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+                **(as_nobody if os.geteuid() == 0 else {}))
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
         self._channel = Channel(fd_reader(self._proc.stdout.fileno()),
                                 fd_writer(self._proc.stdin.fileno()))
         try:
@@ -187,18 +202,22 @@ class LocalWorker:
         self._facts = {
             "backend": "local", "python": ready["python"], "interpreter": self.python,
             "harness": hashlib.sha256(HARNESS.read_bytes()).hexdigest()[:16],
-            "packages": package_versions(self.packages),
-            "enforced_by": self.enforced_by + tmp_note,
+            "packages": package_versions(self.packages), "enforced_by": self.enforced_by,
         }
         self._runs = 0
 
-    def _work_dir(self) -> tuple[list[str], str]:
+    def _seccomp_fd(self) -> int | None:
+        try:
+            return seccomp.filter_fd()
+        except seccomp.UnsupportedArchitecture:
+            return None  # said in enforced_by
+
+    def _work_dir(self) -> list[str]:
         if os.geteuid() == 0:
             remove_stale_mounts()
             self._mount = _TmpfsMount(self.name, self.limits)
-            return ["--bind", str(self._mount.path), "/work"], ""
-        return (["--size", str(self.limits.tmp_mb * 2**20), "--tmpfs", "/work"],
-                "; tmp inodes uncapped (not root)")
+            return ["--bind", str(self._mount.path), "/work"]
+        return ["--size", str(self.limits.tmp_mb * 2**20), "--tmpfs", "/work"]
 
     @staticmethod
     def _root_links() -> list[str]:

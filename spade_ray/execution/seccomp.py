@@ -1,0 +1,93 @@
+"""Compile sandbox/seccomp.json into the classic-BPF program that bwrap's `--seccomp FD` loads.
+
+Why hand-written: libseccomp's Python binding is not on PyPI (only Debian's python3-seccomp,
+tied to the system interpreter), and the filter we need is a deny list plus one flag check, a
+few dozen instructions. The layout follows the kernel's seccomp_filter documentation: check the
+architecture first (a foreign ABI such as i386 or x32 on x86_64 would renumber every syscall),
+then compare the syscall number.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import platform
+import struct
+from pathlib import Path
+
+PROFILE = Path(__file__).resolve().parents[2] / "sandbox" / "seccomp.json"
+
+# <linux/filter.h>, <linux/bpf_common.h>, <linux/seccomp.h>, <linux/sched.h>
+BPF_LD_W_ABS = 0x20
+BPF_JEQ_K = 0x15
+BPF_JGE_K = 0x35
+BPF_JSET_K = 0x45
+BPF_RET_K = 0x06
+RET_KILL_PROCESS = 0x80000000
+RET_ERRNO = 0x00050000
+RET_ALLOW = 0x7FFF0000
+X32_SYSCALL_BIT = 0x40000000
+OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16  # struct seccomp_data, little-endian
+CLONE_FLAGS = {"CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000,
+               "CLONE_NEWUTS": 0x04000000, "CLONE_NEWIPC": 0x08000000,
+               "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
+               "CLONE_NEWNET": 0x40000000}
+
+
+class UnsupportedArchitecture(RuntimeError):
+    pass
+
+
+def compile_filter(machine: str | None = None, profile: Path = PROFILE) -> bytes:
+    """The BPF program (struct sock_filter[]) for this machine's architecture."""
+    spec = json.loads(profile.read_text())
+    machine = machine or platform.machine()
+    if machine not in spec["arch"]:
+        raise UnsupportedArchitecture(f"no seccomp profile for {machine!r} in {profile}")
+    arch = spec["arch"][machine]
+    numbers = arch["syscalls"]
+    clone_mask = 0
+    for flag in spec["clone_denied_flags"]:
+        clone_mask |= CLONE_FLAGS[flag]
+
+    program = [(BPF_LD_W_ABS, 0, 0, OFFSET_ARCH),
+               (BPF_JEQ_K, "nr", "kill", arch["audit_arch"]),
+               ("label", "nr"), (BPF_LD_W_ABS, 0, 0, OFFSET_NR)]
+    if machine == "x86_64":
+        program.append((BPF_JGE_K, "eperm", 0, X32_SYSCALL_BIT))
+    program += [(BPF_JEQ_K, "eperm", 0, numbers[name]) for name in spec["deny"]]
+    program += [(BPF_JEQ_K, "enosys", 0, numbers["clone3"]),
+                (BPF_JEQ_K, 0, "allow", numbers["clone"]),
+                (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
+                (BPF_JSET_K, "eperm", 0, clone_mask),
+                ("label", "allow"), (BPF_RET_K, 0, 0, RET_ALLOW),
+                ("label", "eperm"), (BPF_RET_K, 0, 0, RET_ERRNO | errno.EPERM),
+                ("label", "enosys"), (BPF_RET_K, 0, 0, RET_ERRNO | errno.ENOSYS),
+                ("label", "kill"), (BPF_RET_K, 0, 0, RET_KILL_PROCESS)]
+    return _assemble(program)
+
+
+def _assemble(program: list[tuple]) -> bytes:
+    """Resolve label jumps into BPF's relative offsets (instructions to skip)."""
+    labels, code = {}, []
+    for item in program:
+        if item[0] == "label":
+            labels[item[1]] = len(code)
+        else:
+            code.append(item)
+    out = bytearray()
+    for index, (op, jt, jf, k) in enumerate(code):
+        jt, jf = (labels[j] - index - 1 if isinstance(j, str) else j for j in (jt, jf))
+        if not (0 <= jt <= 255 and 0 <= jf <= 255):
+            raise ValueError(f"BPF jump out of range at instruction {index}")
+        out += struct.pack("<HBBI", op, jt, jf, k)
+    return bytes(out)
+
+
+def filter_fd(machine: str | None = None) -> int:
+    """A memfd holding the program, positioned at 0, for `bwrap --seccomp FD` (caller closes)."""
+    fd = os.memfd_create("spade-ray-seccomp", 0)
+    os.write(fd, compile_filter(machine))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
