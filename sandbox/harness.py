@@ -25,7 +25,8 @@ Wire format: each message is a 4-byte big-endian length followed by UTF-8 JSON. 
 (stdin, stdout, stderr) travel as latin-1 text so every byte survives.
 """
 
-# Pre-imported for the candidates: a forked child finds them in sys.modules for free.
+# Several of these are not used here: they are pre-imported for the candidates, so that a forked
+# child finds them in sys.modules for free (noqa: F401 marks them).
 import bisect  # noqa: F401
 import collections  # noqa: F401
 import copy  # noqa: F401
@@ -33,6 +34,7 @@ import ctypes
 import dataclasses  # noqa: F401
 import fractions  # noqa: F401
 import functools  # noqa: F401
+import gc
 import hashlib  # noqa: F401
 import heapq  # noqa: F401
 import io
@@ -115,7 +117,8 @@ def child_main(req, fds):
     if go_r is not None:
         os.read(go_r, 1)  # the host has moved us into our cgroup
         os.close(go_r)
-    _set_child_limits(req["limits"], req["rlimit_nproc"], req["address_space_mb"])
+    _set_child_limits(req["limits"], req["rlimit_nproc"], req["address_space_mb"],
+                      req["shares_memory_cgroup"])
     os.environ.clear()
     os.environ.update(CHILD_ENV)
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8",
@@ -129,14 +132,15 @@ def child_main(req, fds):
     os._exit(code)
 
 
-def _set_child_limits(limits, rlimit_nproc, address_space_mb):
+def _set_child_limits(limits, rlimit_nproc, address_space_mb, shares_memory_cgroup):
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    _prctl(PR_SET_DUMPABLE, 1)  # our /proc files back to our uid: needed to write oom_score_adj
-    try:  # the OOM killer should pick the candidate, never the server
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
+    if shares_memory_cgroup:  # with the server (Docker): the OOM killer must pick the candidate
+        _prctl(PR_SET_DUMPABLE, 1)  # our /proc files back to our uid, to write oom_score_adj
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
     mb = 1024 * 1024
     cpu = max(1, int(limits["cpu_s"] + 0.999))
     rlimits = [
@@ -489,6 +493,9 @@ def main():
     os.chdir(WORK_DIR)
     if os.path.isdir(SITE_DIR):
         sys.path.insert(0, SITE_DIR)
+    # Move everything imported so far out of the collector's reach: a forked child's collections
+    # would otherwise write to (and so copy) every page holding a tracked object.
+    gc.freeze()
     write_frame(ctl_out, {"ready": True, "python": sys.version.split()[0],
                           "pid": os.getpid()})
     while True:

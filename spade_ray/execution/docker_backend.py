@@ -292,7 +292,7 @@ class DockerWorker:
         # uid 65534 is shared with every other container of the host user namespace, so
         # RLIMIT_NPROC would count their processes too: the pids cgroup caps the tree instead.
         request = build_request(code, stdin, limits, tests, handshake=False, rlimit_nproc=False,
-                                memory_cgroup=True)  # the container's: address space is a backstop
+                                memory_cgroup=True, shares_memory_cgroup=True)
         started = time.monotonic()
         try:
             reply = self._exchange(request, limits)

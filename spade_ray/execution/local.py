@@ -298,7 +298,8 @@ class LocalWorker:
                                         limits)
         try:
             request = build_request(code, stdin, limits, tests, handshake=cgroup is not None,
-                                    rlimit_nproc=True, memory_cgroup=cgroup is not None)
+                                    rlimit_nproc=True, memory_cgroup=cgroup is not None,
+                                    shares_memory_cgroup=False)
             reply = self._exchange(request, limits, cgroup)
             measured = Measured(*cgroup.stats()) if cgroup else Measured()
         except (ChannelError, OSError) as e:

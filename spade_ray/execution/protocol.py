@@ -52,10 +52,15 @@ def address_space_mb(limits: Limits, memory_cgroup: bool) -> int:
 
 
 def build_request(code: str, stdin: bytes | None, limits: Limits, tests: TestSuite | None,
-                  *, handshake: bool, rlimit_nproc: bool, memory_cgroup: bool
-                  ) -> dict[str, Any]:
+                  *, handshake: bool, rlimit_nproc: bool, memory_cgroup: bool,
+                  shares_memory_cgroup: bool) -> dict[str, Any]:
+    """`handshake`: the candidate waits until the host has moved it into its cgroup.
+    `rlimit_nproc`: the jail's uid is its own (a user namespace), so RLIMIT_NPROC counts only
+    the jail. `memory_cgroup`: a memory cgroup caps the tree. `shares_memory_cgroup`: the server
+    is in that cgroup too, so the candidate must be the OOM killer's first choice."""
     request: dict[str, Any] = {
         "address_space_mb": address_space_mb(limits, memory_cgroup),
+        "shares_memory_cgroup": shares_memory_cgroup,
         "code": code,
         "stdin": stdin.decode("latin-1") if stdin is not None else None,
         "limits": dataclasses.asdict(limits),
