@@ -134,6 +134,42 @@ class CheckResult:
         return self.tests_passed / self.tests_total if self.tests_total else 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """How to sample, per role (generator / solver); see conf/model/*.yaml."""
+
+    n: int = 1  # completions per prompt
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256  # new tokens per completion
+    stop: tuple[str, ...] = ()  # cut the text before the first of these (excluded)
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"SamplingParams.n must be an integer >= 1, got {self.n!r}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"SamplingParams.max_tokens must be an integer >= 1, got "
+                             f"{self.max_tokens!r}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"SamplingParams.stop must hold non-empty strings, got {self.stop!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """One sampled continuation, stamped with the weights that produced it."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" (EOS or a stop string) | "length" (hit max_tokens)
+    weights_version: int
+
+
 def to_dict(record: Any) -> dict[str, Any]:
     """A record as plain JSON-able data (enums as their values, tuples as lists)."""
     return json.loads(json.dumps(dataclasses.asdict(record), default=_enum_value))

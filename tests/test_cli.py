@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SPADE_RAY = str(Path(sys.executable).parent / "spade-ray")
 
 
@@ -59,3 +61,16 @@ def test_unknown_backend_is_a_named_error(tmp_path):
     program.write_text("print(1)")
     out = cli("sandbox", "exec", program, "--backend", "podman")
     assert out.returncode == 2 and "podman" in out.stderr
+
+
+@pytest.mark.docker
+def test_exec_on_the_docker_backend(tmp_path):
+    program = tmp_path / "p.py"
+    program.write_text("import socket; print(socket.gethostname())")
+    out = cli("sandbox", "exec", program, "--backend", "docker", "--json")
+    if out.returncode == 2 and os.environ.get("SPADE_REQUIRE_DOCKER") != "1":
+        pytest.skip(f"docker backend unavailable: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["stdout"] == "sandbox\n"
+    assert data["limits_enforced_by"].startswith("docker")

@@ -1,0 +1,122 @@
+"""Topology: the only module that knows where things run (ray.init, placement groups, actors).
+
+Each role (generator, solver) has `engines` model actors for data-parallel generation. Every
+engine gets a placement-group bundle of `gpus_per_engine` GPUs (its tensor-parallel size) and
+`cpus_per_engine` CPUs; on a CPU machine bundles are CPU-only. Separate roles get separate
+bundles; `colocate=True` puts engine i of every role on the same bundle (sized for the largest
+and the GPUs shared fractionally), so two small models can share GPUs. PACK keeps bundles on few
+nodes (fast weight sync), SPREAD spreads them (fault isolation).
+
+Not handled here yet: vLLM tensor parallelism across Ray workers inside one bundle of several
+GPUs needs vLLM's own Ray executor started inside the bundle (distributed_executor_backend="ray");
+the bundle shape is already right for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from spade_ray.rollout.actor import ModelActor, RoleEngines
+
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+PLACEMENT_TIMEOUT_S = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RoleSpec:
+    role: str  # "generator" | "solver"
+    backend: str  # "hf" | "vllm" | "openai"
+    model: str
+    engines: int = 1
+    gpus_per_engine: int = 0  # = tensor-parallel size; 0 on a CPU machine
+    cpus_per_engine: float = 1.0
+    backend_kwargs: tuple[tuple[str, Any], ...] = ()  # hashable: (name, value) pairs
+
+    def __post_init__(self) -> None:
+        if self.engines < 1:
+            raise ValueError(f"{self.role}: engines must be >= 1, got {self.engines}")
+        if self.gpus_per_engine < 0 or self.cpus_per_engine <= 0:
+            raise ValueError(f"{self.role}: gpus_per_engine must be >= 0 and cpus_per_engine > 0")
+
+
+def bundles_for(specs: Sequence[RoleSpec], colocate: bool) -> tuple[list[dict], list[list[int]]]:
+    """The bundles, and for each role the bundle index of each of its engines."""
+    if not colocate:
+        bundles, where = [], []
+        for spec in specs:
+            where.append(list(range(len(bundles), len(bundles) + spec.engines)))
+            bundles += [_bundle(spec.cpus_per_engine, spec.gpus_per_engine)] * spec.engines
+        return bundles, where
+    count = max(s.engines for s in specs)
+    # Colocated engines share a bundle: CPUs add up; GPUs are shared, so the bundle needs as
+    # many as the largest engine and each engine asks for its share (see engine_resources).
+    bundles = [_bundle(sum(s.cpus_per_engine for s in specs if i < s.engines),
+                       max(s.gpus_per_engine for s in specs)) for i in range(count)]
+    return bundles, [list(range(s.engines)) for s in specs]
+
+
+def engine_resources(spec: RoleSpec, specs: Sequence[RoleSpec], colocate: bool
+                     ) -> dict[str, float]:
+    gpus = float(spec.gpus_per_engine)
+    if colocate and gpus:
+        gpus /= sum(1 for s in specs if s.gpus_per_engine)  # fractional: all fit the bundle
+    return {"num_cpus": spec.cpus_per_engine, "num_gpus": gpus}
+
+
+def _bundle(cpus: float, gpus: int) -> dict[str, float]:
+    return {"CPU": cpus, **({"GPU": float(gpus)} if gpus else {})}
+
+
+class Cluster:
+    """The placement group and the role engines of one run. Use as a context manager."""
+
+    def __init__(self, specs: Sequence[RoleSpec], colocate: bool = False,
+                 strategy: str = "PACK", address: str | None = None) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown placement strategy {strategy!r}: use one of "
+                             f"{', '.join(STRATEGIES)}")
+        if len({s.role for s in specs}) != len(specs):
+            raise ValueError(f"each role may appear once, got {[s.role for s in specs]}")
+        if not ray.is_initialized():
+            ray.init(address=address)
+        bundles, where = bundles_for(specs, colocate)
+        self.placement_group: PlacementGroup = placement_group(bundles, strategy=strategy)
+        try:
+            ray.get(self.placement_group.ready(), timeout=PLACEMENT_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            remove_placement_group(self.placement_group)
+            raise RuntimeError(f"placement group {bundles} ({strategy}) could not be placed in "
+                               f"{PLACEMENT_TIMEOUT_S:.0f} s: the cluster has "
+                               f"{ray.cluster_resources()}") from None
+        self.roles: dict[str, RoleEngines] = {}
+        for spec, indices in zip(specs, where):
+            actors = [ModelActor.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.placement_group, placement_group_bundle_index=index),
+                **engine_resources(spec, specs, colocate),
+            ).remote(spec.backend, spec.model, dict(spec.backend_kwargs)) for index in indices]
+            self.roles[spec.role] = RoleEngines(spec.role, actors)
+        # Surface a model that cannot load now, with its own error, not at the first request.
+        ray.get([a.weights_version.remote() for r in self.roles.values() for a in r.actors])
+
+    def __getitem__(self, role: str) -> RoleEngines:
+        return self.roles[role]
+
+    def close(self) -> None:
+        for engines in self.roles.values():
+            for actor in engines.actors:
+                ray.kill(actor, no_restart=True)
+        self.roles = {}
+        remove_placement_group(self.placement_group)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,141 @@
+"""`ModelActor`: one model backend in a Ray actor; `RoleEngines`: a role's actors as one engine.
+
+Requests to a role are split over its engines (data-parallel generation). An engine that dies is
+restarted by Ray (max_restarts=-1); the call that was running on it is not retried (generation is
+not idempotent once tokens are counted): `RoleEngines.generate` returns the indices of the
+prompts that were lost so the loop can re-issue them; a restarted engine loads the role's
+latest weights before its next request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import ActorUnavailableError, RayActorError
+
+from spade_ray.records import Completion, SamplingParams
+from spade_ray.rollout.backend import ModelBackend, RolloutError
+
+BACKENDS = ("hf", "vllm", "openai")
+
+
+def make_backend(backend: str, model: str, **kwargs: Any) -> ModelBackend:
+    """Build a backend by name. `model` is a resolve_model() spec (hf, vllm) or the API's model
+    name (openai, which also needs base_url)."""
+    if backend == "hf":
+        from spade_ray.rollout.hf_backend import HFBackend
+        from spade_ray.rollout.models import resolve_model
+
+        return HFBackend(resolve_model(model), **kwargs)
+    if backend == "vllm":
+        from spade_ray.rollout.models import resolve_model
+        from spade_ray.rollout.vllm_backend import VLLMBackend
+
+        return VLLMBackend(resolve_model(model), **kwargs)
+    if backend == "openai":
+        from spade_ray.rollout.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(model=model, **kwargs)
+    raise ValueError(f"unknown model backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+
+
+@ray.remote(max_restarts=-1, max_task_retries=0)
+class ModelActor:
+    def __init__(self, backend: str, model: str, backend_kwargs: dict[str, Any]) -> None:
+        self.backend = make_backend(backend, model, **backend_kwargs)
+
+    def generate(self, prompts: list[str], sampling: SamplingParams,
+                 latest: tuple[list[ray.ObjectRef], int] | None = None
+                 ) -> list[list[Completion]]:
+        """`latest`: the role's current weights ([ref], version). An engine that Ray restarted
+        came back with its initial weights; it catches up before generating. (The ref is
+        wrapped in a list so Ray passes the reference instead of fetching it every call.)"""
+        if latest is not None and self.backend.weights_version != latest[1]:
+            self.backend.update_weights(ray.get(latest[0][0]), latest[1])
+        return self.backend.generate(prompts, sampling)
+
+    def update_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
+        self.backend.update_weights(state_dict, version)
+        return self.backend.weights_version
+
+    def weights_version(self) -> int:
+        return self.backend.weights_version
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationResult:
+    """Completions in prompt order; None where the prompt was lost with a dead engine."""
+
+    completions: list[list[Completion] | None]
+    lost: tuple[int, ...]
+
+
+class RoleEngines:
+    """The engines (actors) serving one role, used as one."""
+
+    def __init__(self, role: str, actors: Sequence[ray.actor.ActorHandle]) -> None:
+        if not actors:
+            raise ValueError(f"role {role!r} needs at least one engine")
+        self.role = role
+        self.actors = list(actors)
+        self._weights: tuple[ray.ObjectRef, int] | None = None  # latest (state dict, version)
+
+    @property
+    def weights_version(self) -> int:
+        return self._weights[1] if self._weights else 0
+
+    def generate(self, prompts: Sequence[str], sampling: SamplingParams) -> GenerationResult:
+        """Shard prompts over the engines; a shard whose engine died comes back in `lost`."""
+        latest = ([self._weights[0]], self._weights[1]) if self._weights else None
+        shards = [s for s in _shards(len(prompts), len(self.actors)) if s]
+        refs = [self.actors[i].generate.remote([prompts[j] for j in shard], sampling, latest)
+                for i, shard in enumerate(shards)]
+        completions: list[list[Completion] | None] = [None] * len(prompts)
+        lost: list[int] = []
+        for shard, result in zip(shards, _gather(refs)):
+            if isinstance(result, Exception):
+                lost += shard
+            else:
+                for j, group in zip(shard, result):
+                    completions[j] = group
+        return GenerationResult(completions, tuple(lost))
+
+    def update_weights(self, state_dict: Mapping[str, Any] | ray.ObjectRef, version: int) -> None:
+        """Send new weights to every engine (one object-store copy, read by all)."""
+        ref = state_dict if isinstance(state_dict, ray.ObjectRef) else ray.put(state_dict)
+        versions = ray.get([a.update_weights.remote(ref, version) for a in self.actors])
+        if set(versions) != {version}:
+            raise RolloutError(f"{self.role}: engines report versions {versions} after an "
+                               f"update to {version}")
+        self._weights = (ref, version)
+
+
+def _gather(refs: list[ray.ObjectRef]) -> list[Any]:
+    """Every result, or the actor error in its place (an engine died or is restarting)."""
+    if refs:
+        ray.wait(refs, num_returns=len(refs), fetch_local=False)
+    out: list[Any] = []
+    for ref in refs:  # all are done: these gets do not block one after another
+        try:
+            out.append(ray.get(ref))
+        except (RayActorError, ActorUnavailableError) as e:
+            out.append(e)
+    return out
+
+
+def _shards(count: int, engines: int) -> list[list[int]]:
+    """Contiguous, balanced shards of range(count), one per engine."""
+    size, extra = divmod(count, engines)
+    out, start = [], 0
+    for i in range(engines):
+        end = start + size + (1 if i < extra else 0)
+        out.append(list(range(start, end)))
+        start = end
+    return out

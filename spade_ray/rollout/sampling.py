@@ -1,0 +1,104 @@
+"""Self-play sampling on top of any generate(): distinct candidates per prompt, token budgets.
+
+Duplicates among a prompt's candidates waste sandbox time and give DPO no signal, so after each
+call the duplicates (by normalised text) are dropped and re-sampled, up to `resample_rounds`
+extra calls; the duplicate rate is reported either way. A `TokenMeter` counts prompt and
+completion tokens per role and refuses calls once a cap is reached, so a round can be capped in
+cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+
+from spade_ray.records import Completion, SamplingParams
+from spade_ray.rollout.backend import RolloutError
+
+# None for a prompt lost with a dead engine (RoleEngines): it stays wanted and is re-issued.
+Generate = Callable[[Sequence[str], SamplingParams], list[list[Completion] | None]]
+_SPACE = re.compile(r"\s+")
+
+
+class TokenBudgetExceeded(RolloutError):
+    """A role used its token cap; no further calls until the next round's meter."""
+
+
+def normalise(text: str) -> str:
+    """What counts as 'the same program': whitespace runs collapsed, ends stripped."""
+    return _SPACE.sub(" ", text).strip()
+
+
+@dataclasses.dataclass
+class TokenMeter:
+    """Tokens used by one role, with an optional cap on prompt + completion tokens."""
+
+    role: str
+    cap: int | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def check(self) -> None:
+        if self.cap is not None and self.total >= self.cap:
+            raise TokenBudgetExceeded(f"{self.role} used {self.total} tokens of its cap "
+                                      f"{self.cap}")
+
+    def add(self, completions: list[list[Completion]]) -> None:
+        self.calls += 1
+        for group in completions:
+            for c in group:
+                self.prompt_tokens += c.prompt_tokens
+                self.completion_tokens += c.completion_tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class DistinctSample:
+    completions: list[list[Completion]]  # distinct texts per prompt, up to n each
+    sampled: int  # completions generated, re-samples included
+    duplicates: int  # of those, how many repeated an earlier one of the same prompt
+    lost: int  # prompt requests lost with a dead engine (re-issued while rounds remained)
+
+    @property
+    def duplicate_rate(self) -> float:
+        return self.duplicates / self.sampled if self.sampled else 0.0
+
+
+def sample_distinct(generate: Generate, prompts: Sequence[str], sampling: SamplingParams,
+                    meter: TokenMeter, resample_rounds: int = 2) -> DistinctSample:
+    """`sampling.n` distinct completions per prompt where the model gives them."""
+    kept: list[list[Completion]] = [[] for _ in prompts]
+    seen: list[set[str]] = [set() for _ in prompts]
+    wanted = {i: sampling.n for i in range(len(prompts))}
+    sampled = duplicates = lost = 0
+    for attempt in range(1 + resample_rounds):
+        if not wanted:
+            break
+        meter.check()
+        # One call per distinct missing count keeps n fixed within a call.
+        for n in sorted(set(wanted.values())):
+            indices = [i for i, k in wanted.items() if k == n]
+            params = dataclasses.replace(sampling, n=n, seed=None if sampling.seed is None
+                                         else sampling.seed + attempt)
+            result = generate([prompts[i] for i in indices], params)
+            meter.add([group for group in result if group is not None])
+            for i, group in zip(indices, result):
+                if group is None:
+                    lost += 1
+                    continue
+                for c in group:
+                    sampled += 1
+                    key = normalise(c.text)
+                    if key in seen[i]:
+                        duplicates += 1
+                    else:
+                        seen[i].add(key)
+                        kept[i].append(c)
+        wanted = {i: sampling.n - len(kept[i]) for i in range(len(prompts))
+                  if len(kept[i]) < sampling.n}
+    return DistinctSample(kept, sampled, duplicates, lost)
