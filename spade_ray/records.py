@@ -170,6 +170,95 @@ class Completion:
     weights_version: int
 
 
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """An executable programming task: data plus code, validated by running it (tasks/)."""
+
+    task_id: str  # content hash: the same task always gets the same id
+    family: str  # "codegen" | "repair"
+    topic: str
+    description: str
+    entry_point: str  # the function the tests call
+    signature: str  # e.g. "def add(a: int, b: int) -> int:"
+    tests: TestSuite
+    reference: str  # a full reference solution (passes every test)
+    buggy: str | None = None  # repair family: the program whose bug the tests expose
+    limits: Limits = Limits()
+    source: str = "generated"  # "generated" | "seed" | "archive"
+    generator_version: int = -1  # weights version of the generator; -1 for seed tasks
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One solver attempt at a task."""
+
+    candidate_id: str  # f"{task_id}/{index}"
+    task_id: str
+    code: str  # the full program checked against the task's tests
+    solver_version: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """The evaluator's verdict on one candidate. `value` orders candidates: rules first."""
+
+    candidate_id: str
+    task_id: str
+    value: float  # fraction of tests passed in [0, 1]; 0 for timeouts, crashes, limits
+    passed: bool  # every test passed, confirmed by the harness sentinel
+    tests_passed: int
+    tests_total: int
+    status: ExecStatus
+    cpu_s: float
+    peak_memory_mb: float
+
+
+@dataclasses.dataclass(frozen=True)
+class PreferencePair:
+    """A DPO pair in TRL's format (prompt, chosen, rejected) plus where it came from."""
+
+    task_id: str
+    prompt: str
+    chosen: str
+    rejected: str
+    chosen_candidate_id: str
+    rejected_candidate_id: str
+    chosen_score: float
+    rejected_score: float
+    solver_version: int
+    generator_version: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundMetrics:
+    """What one self-play round did, for the metrics file, W&B, plots and the summary table."""
+
+    run_id: str
+    round: int
+    generator_version: int
+    solver_version: int
+    validation_pass_at_1: float | None  # HumanEval subset; None if not measured this round
+    validation_problems: int
+    tasks_proposed: int  # generator outputs, parsed or not
+    tasks_valid: int
+    rejection_reasons: tuple[tuple[str, int], ...]  # (reason, count), most common first
+    new_task_pass_rate: float  # fraction of candidates on this round's tasks that passed
+    mean_difficulty: float  # 1 - mean pass rate per task
+    pairs: int
+    candidate_diversity: float  # distinct candidates / candidates
+    tokens_generator: int
+    tokens_solver: int
+    sandbox_cpu_s: float
+    stage_s: tuple[tuple[str, float], ...]  # (stage, seconds)
+    wall_s: float
+
+    @property
+    def valid_task_rate(self) -> float:
+        return self.tasks_valid / self.tasks_proposed if self.tasks_proposed else 0.0
+
+
 def to_dict(record: Any) -> dict[str, Any]:
     """A record as plain JSON-able data (enums as their values, tuples as lists)."""
     return json.loads(json.dumps(dataclasses.asdict(record), default=_enum_value))
