@@ -11,6 +11,7 @@ import pytest
 
 from spade_ray.execution import BackendUnavailable, Sandbox
 from spade_ray.records import Limits
+from spade_ray.rollout.models import build_tiny_model
 
 # Small limits keep the adversarial suite fast; each test states the limit it relies on.
 TEST_LIMITS = Limits(timeout_s=3.0, cpu_s=2.0, memory_mb=128, max_output_bytes=64_000,
@@ -35,3 +36,9 @@ def backend(request) -> str:
 def sandbox(backend):
     with open_sandbox(backend, limits=TEST_LIMITS, workers=1) as sb:
         yield sb
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    """A real (tiny, random, seeded) Llama and tokenizer directory, built from a config."""
+    return str(build_tiny_model(tmp_path_factory.mktemp("models") / "tiny"))

@@ -1,7 +1,7 @@
 import pytest
 from transformers import AutoTokenizer
 
-from spade_ray.rollout.prompts import load_prompts, render
+from spade_ray.tasks.templates import load_prompts, render
 
 EXAMPLE = {"description": "Add two numbers.", "solution": "def add(a, b):\n    return a + b"}
 

@@ -1,0 +1,1 @@
+"""Executable tasks: the text format generators write, parsing, validation by execution, seeds."""
