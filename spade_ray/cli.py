@@ -1,5 +1,8 @@
 """`spade-ray` command line.
 
+    spade-ray run [HYDRA OVERRIDES...]          the self-play loop (a Hydra app: -m sweeps)
+    spade-ray eval [--problems N] [--model M]   HumanEval pass@1 through the sandbox
+    spade-ray trace RUN_DIR [summary|tasks|candidates TASK_ID|sql QUERY]
     spade-ray sandbox exec FILE [--stdin FILE] [--timeout S] [--memory-mb N]
                                [--backend local|docker] [--json]
     spade-ray sandbox check TASK.json SOLUTION.py [--backend local|docker] [--json]
@@ -20,6 +23,13 @@ from spade_ray.records import CheckResult, ExecResult, ExecStatus, Limits, to_di
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:  # Hydra parses its own command line
+        from spade_ray.app import hydra_main
+
+        sys.argv = [f"{sys.argv[0]} run", *argv[1:]]
+        hydra_main()
+        return 0
     args = _parser().parse_args(argv)
     try:
         return args.handler(args)
@@ -31,6 +41,19 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spade-ray", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    commands.add_parser("run", help="run self-play rounds (Hydra overrides follow)")
+    evaluate = commands.add_parser("eval", help="HumanEval pass@1 of a model via the sandbox")
+    evaluate.add_argument("--model", default="gemma3-270m", help="tiny, gemma3-270m or a path")
+    evaluate.add_argument("--problems", type=int, default=164, help="subset size (164 = all)")
+    evaluate.add_argument("--samples", type=int, default=1, help="samples per problem (pass@k)")
+    evaluate.add_argument("--max-tokens", type=int, default=256)
+    evaluate.set_defaults(handler=_eval)
+    trace = commands.add_parser("trace", help="query a run's trace (see tracking/query.py)")
+    trace.add_argument("run_dir", type=Path)
+    trace.add_argument("what", nargs="?", default="summary",
+                       choices=["summary", "tasks", "candidates", "sql"])
+    trace.add_argument("arg", nargs="?", help="TASK_ID for candidates, QUERY for sql")
+    trace.set_defaults(handler=_trace)
     sandbox = commands.add_parser("sandbox", help="run untrusted code in the sandbox")
     sandbox_commands = sandbox.add_subparsers(required=True, metavar="SUBCOMMAND")
 
@@ -90,6 +113,34 @@ def _check(args: argparse.Namespace) -> int:
         result = sandbox.check(code, tests)
     _print_check(result, args.json)
     return 0 if result.passed else 1
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from spade_ray.app import evaluate_model
+
+    result = evaluate_model(args.model, args.problems, args.samples, args.max_tokens)
+    ks = ", ".join(f"pass@{k} {v:.3f}" for k, v in sorted(result.pass_at_k.items()))
+    print(f"HumanEval {result.problems} problems x{result.samples_per_problem}: {ks} "
+          f"(generate {result.generate_s:.0f} s, check {result.check_s:.1f} s)")
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from spade_ray.tracking import query
+
+    db = args.run_dir / "trace.sqlite"
+    if not db.is_file():
+        raise ValueError(f"no trace at {db}: give a run directory (runs/NAME)")
+    if args.what in ("candidates", "sql") and not args.arg:
+        raise ValueError(f"trace {args.what} needs an argument")
+    rows, columns = {
+        "summary": lambda: query.summary(db),
+        "tasks": lambda: query.list_tasks(db),
+        "candidates": lambda: query.list_candidates(db, args.arg),
+        "sql": lambda: query.run_sql(db, args.arg),
+    }[args.what]()
+    print(query.format_table(rows, columns))
+    return 0
 
 
 def _print_exec(result: ExecResult, as_json: bool) -> None:

@@ -69,6 +69,10 @@ def engine_resources(spec: RoleSpec, specs: Sequence[RoleSpec], colocate: bool
     return {"num_cpus": spec.cpus_per_engine, "num_gpus": gpus}
 
 
+def _engine_key(spec: RoleSpec) -> tuple:
+    return dataclasses.astuple(dataclasses.replace(spec, role=""))
+
+
 def _bundle(cpus: float, gpus: int) -> dict[str, float]:
     return {"CPU": cpus, **({"GPU": float(gpus)} if gpus else {})}
 
@@ -85,7 +89,18 @@ class Cluster:
             raise ValueError(f"each role may appear once, got {[s.role for s in specs]}")
         if not ray.is_initialized():
             ray.init(address=address)
-        bundles, where = bundles_for(specs, colocate)
+        # Colocated roles with the same engine spec (the same policy model serving both) share
+        # their engines rather than loading the model twice on the same devices.
+        groups: list[list[RoleSpec]] = []
+        for spec in specs:
+            shared = colocate and next(
+                (g for g in groups if _engine_key(g[0]) == _engine_key(spec)), None)
+            if shared:
+                shared.append(spec)
+            else:
+                groups.append([spec])
+        engine_specs = [g[0] for g in groups]
+        bundles, where = bundles_for(engine_specs, colocate)
         self.placement_group: PlacementGroup = placement_group(bundles, strategy=strategy)
         try:
             ray.get(self.placement_group.ready(), timeout=PLACEMENT_TIMEOUT_S)
@@ -95,21 +110,29 @@ class Cluster:
                                f"{PLACEMENT_TIMEOUT_S:.0f} s: the cluster has "
                                f"{ray.cluster_resources()}") from None
         self.roles: dict[str, RoleEngines] = {}
-        for spec, indices in zip(specs, where):
+        for group, indices in zip(groups, where):
+            spec = group[0]
             actors = [ModelActor.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self.placement_group, placement_group_bundle_index=index),
-                **engine_resources(spec, specs, colocate),
+                **engine_resources(spec, engine_specs, colocate),
             ).remote(spec.backend, spec.model, dict(spec.backend_kwargs)) for index in indices]
-            self.roles[spec.role] = RoleEngines(spec.role, actors)
+            engines = RoleEngines("+".join(s.role for s in group), actors)
+            for member in group:
+                self.roles[member.role] = engines
         # Surface a model that cannot load now, with its own error, not at the first request.
-        ray.get([a.weights_version.remote() for r in self.roles.values() for a in r.actors])
+        ray.get([a.weights_version.remote() for e in self.engines for a in e.actors])
+
+    @property
+    def engines(self) -> list[RoleEngines]:
+        """Each distinct set of engines once (shared roles appear once)."""
+        return list({id(e): e for e in self.roles.values()}.values())
 
     def __getitem__(self, role: str) -> RoleEngines:
         return self.roles[role]
 
     def close(self) -> None:
-        for engines in self.roles.values():
+        for engines in self.engines:
             for actor in engines.actors:
                 ray.kill(actor, no_restart=True)
         self.roles = {}

@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from spade_ray.cluster import STRATEGIES, RoleSpec
-from spade_ray.records import SamplingParams
+from spade_ray.records import Limits, SamplingParams
 from spade_ray.rollout.actor import BACKENDS
 
 ROLES = ("generator", "solver")
@@ -46,6 +46,74 @@ class ModelConfig:
     placement_strategy: str = "PACK"
     prompts: str = "fewshot"
     roles: dict[str, RoleConfig] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class CapsConfig:
+    tokens_generator: int | None = None
+    tokens_solver: int | None = None
+    sandbox_cpu_s: float | None = None
+    wall_s: float | None = None  # per round
+    tasks: int | None = None  # valid generated tasks per round
+
+
+@dataclasses.dataclass
+class LoopConfig:
+    rounds: int = 1
+    tasks_per_round: int = 4
+    replay_tasks_per_round: int = 0
+    chunk_size: int = 2
+    candidates: int = 4
+    few_shot: int = 2
+    topics: list[str] = dataclasses.field(default_factory=list)
+    pair_margin: float = 0.0
+    seed: int = 0
+    caps: CapsConfig = dataclasses.field(default_factory=CapsConfig)
+    archive_size: int = 200
+
+
+@dataclasses.dataclass
+class ValidationConfig:
+    problems: int = 8  # HumanEval subset per round; 164 = all
+    samples_per_problem: int = 1
+    max_tokens: int = 256
+
+
+@dataclasses.dataclass
+class SandboxConfig:
+    backend: str = "local"
+    workers: int | None = None
+    limits: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def validate_loop(cfg: DictConfig | dict) -> LoopConfig:
+    loop: LoopConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LoopConfig), cfg))
+    for name in ("rounds", "tasks_per_round", "chunk_size", "candidates"):
+        if getattr(loop, name) < 1:
+            raise ValueError(f"loop.{name} must be >= 1, got {getattr(loop, name)}")
+    if not loop.topics:
+        raise ValueError("loop.topics is empty: list at least one topic")
+    return loop
+
+
+def validate_validation(cfg: DictConfig | dict) -> ValidationConfig:
+    merged = OmegaConf.merge(OmegaConf.structured(ValidationConfig), cfg)
+    validation: ValidationConfig = OmegaConf.to_object(merged)
+    if not 0 <= validation.problems <= 164:
+        raise ValueError(f"validation.problems must be 0..164, got {validation.problems}")
+    return validation
+
+
+def sandbox_limits(cfg: DictConfig | dict) -> tuple[SandboxConfig, Limits]:
+    merged = OmegaConf.merge(OmegaConf.structured(SandboxConfig), cfg)
+    sandbox: SandboxConfig = OmegaConf.to_object(merged)
+    defaults = Limits()
+    unknown = set(sandbox.limits) - {f.name for f in dataclasses.fields(Limits)}
+    if unknown:
+        raise ValueError(f"sandbox.limits: unknown keys {sorted(unknown)}")
+    # YAML numbers arrive as floats here; whole-number limits (MB, counts) must stay ints.
+    typed = {k: type(getattr(defaults, k))(v) for k, v in sandbox.limits.items()}
+    return sandbox, Limits(**typed)
 
 
 def validate_model(cfg: DictConfig | dict) -> ModelConfig:

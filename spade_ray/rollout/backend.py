@@ -29,6 +29,10 @@ class PromptTooLong(RolloutError, ValueError):
                          f"{max_tokens} it needs {prompt_tokens + max_tokens} but the model's "
                          f"context is {context}: shorten the prompt or lower max_tokens")
         self.index = index
+        self._fields = (index, prompt_tokens, max_tokens, context)
+
+    def __reduce__(self):  # picklable across Ray: rebuilt from its fields, not its message
+        return type(self), self._fields
 
 
 class ReadOnlyBackend(RolloutError):

@@ -22,11 +22,12 @@ from spade_ray.rollout.backend import ModelLoadError
 
 DEFAULT_CACHE = Path(os.environ.get("SPADE_CACHE", Path.home() / ".cache" / "spade-ray"))
 TINY_SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
+TINY_VERSION = 2  # bump when build_tiny_model changes: the cache directory is named after it
 
 
 def resolve_model(spec: str, cache_dir: Path = DEFAULT_CACHE) -> str:
     if spec == "tiny":
-        return str(build_tiny_model(cache_dir / "models" / "tiny-llama"))
+        return str(build_tiny_model(cache_dir / "models" / f"tiny-llama-{TINY_VERSION}"))
     if spec == "gemma3-270m":
         return str(gemma3_270m(cache_dir / "models" / "gemma3-270m"))
     path = Path(spec).expanduser()
@@ -58,7 +59,8 @@ def build_tiny_model(directory: Path, seed: int = 0) -> Path:
                                         bos_token="<s>", eos_token="</s>")
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024, pad_token_id=0, bos_token_id=1,
+                         # byte-level tokens: few-shot prompts run to a few thousand
+                         max_position_embeddings=8192, pad_token_id=0, bos_token_id=1,
                          eos_token_id=2, tie_word_embeddings=False)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)

@@ -52,8 +52,13 @@ def candidate_program(task: Task, completion: str, chat: bool) -> str:
     prompt ended with plus the body the model continued with."""
     if chat:
         match = _CODE_BLOCK.search(completion)
-        return (match.group(1) if match else completion).strip("\n") + "\n"
-    return f"{task.signature}{completion}".rstrip() + "\n"
+        code = (match.group(1) if match else completion).strip("\n") + "\n"
+    else:
+        code = f"{task.signature}{completion}".rstrip() + "\n"
+    # What the model wrote is run as it is, even when it cannot run: a NUL byte (which the
+    # sandbox refuses as input) becomes U+FFFD, a syntax error the candidate is scored on.
+    code = code.replace("\x00", "\ufffd")
+    return code if code.strip() else "# the model wrote no code\n"
 
 
 def _shown_description(task: Task) -> str:

@@ -99,3 +99,13 @@ def test_separate_roles_get_their_own_bundles():
 def test_unknown_backend_is_named():
     with pytest.raises(ValueError, match="'tgi'"):
         make_backend("tgi", "m")
+
+
+def test_colocated_identical_roles_share_one_set_of_engines(tiny_model):
+    spec = dict(backend="hf", model=tiny_model, cpus_per_engine=0.25,
+                backend_kwargs=(("dtype", "float32"),))
+    with Cluster([RoleSpec("generator", **spec), RoleSpec("solver", **spec)],
+                 colocate=True) as c:
+        assert c["generator"] is c["solver"]
+        assert len(ray.util.placement_group_table(c.placement_group)["bundles"]) == 1
+        assert c["solver"].generate(["x"], GREEDY).lost == ()

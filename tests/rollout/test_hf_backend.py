@@ -68,9 +68,16 @@ def test_version_must_increase(backend):
 
 def test_prompt_over_the_context_is_named(backend):
     with pytest.raises(PromptTooLong, match="prompt 1 has"):
-        backend.generate(["ok", "x" * 2000], SamplingParams(max_tokens=10))
+        backend.generate(["ok", "x" * 9000], SamplingParams(max_tokens=10))
 
 
 def test_unknown_model_path_is_named(tmp_path):
     with pytest.raises(ModelLoadError, match="nowhere"):
         HFBackend(str(tmp_path / "nowhere"))
+
+
+def test_prompt_too_long_survives_pickling_across_processes():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(PromptTooLong(3, 900, 200, 1024)))
+    assert error.index == 3 and "prompt 3 has 900 tokens" in str(error)

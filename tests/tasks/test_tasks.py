@@ -128,3 +128,9 @@ def test_chat_candidate_is_the_code_block():
     task = parse_task(GOOD, "math")
     answer = "Sure!\n```python\ndef double(x):\n    return x + x\n```\nDone."
     assert candidate_program(task, answer, chat=True) == "def double(x):\n    return x + x\n"
+
+
+def test_unrunnable_model_output_still_becomes_a_program():
+    task = parse_task(GOOD, "math")
+    assert "\x00" not in candidate_program(task, "\n    return\x00 x", chat=False)
+    assert candidate_program(task, "   ", chat=True).strip()

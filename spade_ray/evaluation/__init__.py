@@ -1,0 +1,19 @@
+"""Evaluation: scoring rules for candidates (scoring.py) and the fixed validation set
+(humaneval.py, never mixed with generated tasks).
+
+    from spade_ray.evaluation import score, compare
+    s = score(candidate, sandbox.check(candidate.code, task.tests))
+"""
+
+from spade_ray.evaluation.scoring import (
+    IncomparableScores,
+    SandboxFailure,
+    compare,
+    needs_rerun,
+    rank_key,
+    score,
+    score_many,
+)
+
+__all__ = ["IncomparableScores", "SandboxFailure", "compare", "needs_rerun", "rank_key", "score",
+           "score_many"]

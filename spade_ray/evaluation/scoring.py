@@ -1,0 +1,111 @@
+"""The evaluator: one `Score` per checked candidate, and the order between two scores.
+
+Hard rules first, and only rules:
+  * value = fraction of the task's tests passed (partial credit), from the harness's confirmed
+    per-test outcomes;
+  * value = 0.0 when the run hit a limit (timeout, memory_limit, output_limit), was killed, or
+    failed before its tests ran (error with no test report) - whatever it printed;
+  * passed = `CheckResult.passed` (every test passed, the sentinel seen, the run ended ok);
+  * a `sandbox_error` says nothing about the code: it scores 0.0 with that status, `needs_rerun`
+    is true for it, and `compare` refuses it, so it can never become the rejected side of a
+    preference pair. The caller re-runs such candidates (the sandbox replaces its worker).
+
+Order: `rank_key` is the rule key (value, then passed). It depends only on test outcomes, so the
+same code gets the same key on every run, and it is a total order fit for sorting. `compare`
+refines it: when BOTH candidates pass every test, lower CPU time and then lower peak memory win,
+but only beyond a noise margin. Margins cannot live in a sort key (being "within noise" is not
+transitive), which is why efficiency is in `compare` only.
+
+Non-goals: an LLM judge (off by default in the design). Its seam is `compare`: only pairs that
+the rules call equal (compare == 0) may be sent to a judge; a judge never overrides a rule.
+"""
+
+from __future__ import annotations
+
+from spade_ray.records import Candidate, CheckResult, ExecStatus, Score
+
+# Measured here (HumanEval's 164 canonical solutions x5 through the local sandbox): the same
+# program's cpu_s varied by up to 13 ms (16 ms vs 29 ms; 2 ms vs 7.5 ms spikes), so 5 ms is not
+# enough; a difference must exceed BOTH the relative and the absolute margin to count.
+CPU_MARGIN_REL = 0.25
+CPU_MARGIN_S = 0.020
+# Same measurement: peak memory of one program varied by at most 0.55 MB (cgroup accounting).
+MEMORY_MARGIN_REL = 0.10
+MEMORY_MARGIN_MB = 2.0
+
+# Statuses that score 0.0 even if some test outcomes were reported before the run went wrong:
+# a program that passes its tests and then hangs or floods memory is not a good program.
+ZERO_STATUSES = frozenset({ExecStatus.TIMEOUT, ExecStatus.MEMORY_LIMIT, ExecStatus.OUTPUT_LIMIT,
+                           ExecStatus.KILLED, ExecStatus.SANDBOX_ERROR})
+
+
+class SandboxFailure(ValueError):
+    """A score comes from a failed sandbox, not from the code: re-run it before ranking."""
+
+
+class IncomparableScores(ValueError):
+    """Two scores that cannot be ordered (different tasks or different test counts)."""
+
+
+def score(candidate: Candidate, result: CheckResult) -> Score:
+    """The evaluator's verdict on `candidate` from its check result."""
+    status = result.execution.status
+    if status in ZERO_STATUSES or (status is ExecStatus.ERROR and not result.outcomes):
+        value, tests_passed = 0.0, 0
+    else:
+        # An `error` after the report (e.g. a non-zero exit at interpreter exit) keeps partial
+        # credit; it still cannot pass, and rank_key puts passed above an equal value.
+        tests_passed = result.tests_passed
+        value = result.fraction_passed
+    return Score(candidate_id=candidate.candidate_id, task_id=candidate.task_id, value=value,
+                 passed=result.passed, tests_passed=tests_passed,
+                 tests_total=result.tests_total, status=status,
+                 cpu_s=result.execution.cpu_s, peak_memory_mb=result.execution.peak_memory_mb)
+
+
+def score_many(candidates: list[Candidate], results: list[CheckResult]) -> list[Score]:
+    if len(candidates) != len(results):
+        raise ValueError(f"score_many got {len(candidates)} candidates but {len(results)} "
+                         "check results")
+    return [score(c, r) for c, r in zip(candidates, results)]
+
+
+def needs_rerun(s: Score) -> bool:
+    """True when the sandbox failed on this candidate: the score says nothing about the code."""
+    return s.status is ExecStatus.SANDBOX_ERROR
+
+
+def rank_key(s: Score) -> tuple[float, bool]:
+    """The rule key: higher value first, then passed. Deterministic for the same code."""
+    if needs_rerun(s):
+        raise SandboxFailure(f"candidate {s.candidate_id} has a sandbox_error score: the sandbox "
+                             "failed, not the code; re-run it before ranking")
+    return (s.value, s.passed)
+
+
+def compare(a: Score, b: Score) -> int:
+    """1 if `a` ranks above `b`, -1 if below, 0 if the rules cannot tell them apart."""
+    key_a, key_b = rank_key(a), rank_key(b)  # refuses a sandbox_error first
+    if a.task_id != b.task_id:
+        raise IncomparableScores(f"cannot compare candidates of different tasks: "
+                                 f"{a.candidate_id} ({a.task_id}) vs {b.candidate_id} "
+                                 f"({b.task_id})")
+    if a.tests_total != b.tests_total:
+        raise IncomparableScores(f"{a.candidate_id} ran {a.tests_total} tests but "
+                                 f"{b.candidate_id} ran {b.tests_total}: not the same test suite")
+    if key_a != key_b:
+        return 1 if key_a > key_b else -1
+    if not (a.passed and b.passed):
+        return 0  # efficiency only separates correct programs
+    by_cpu = _lower_wins(a.cpu_s, b.cpu_s, CPU_MARGIN_REL, CPU_MARGIN_S)
+    if by_cpu:
+        return by_cpu
+    return _lower_wins(a.peak_memory_mb, b.peak_memory_mb, MEMORY_MARGIN_REL, MEMORY_MARGIN_MB)
+
+
+def _lower_wins(x: float, y: float, rel: float, absolute: float) -> int:
+    """1 if x is lower than y beyond both margins, -1 if higher, else 0 (within noise)."""
+    diff = abs(x - y)
+    if diff <= absolute or diff <= rel * min(x, y):
+        return 0
+    return 1 if x < y else -1

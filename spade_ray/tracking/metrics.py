@@ -1,0 +1,199 @@
+"""Per-round metrics: run_dir/metrics.jsonl, W&B (offline by default), PNG plots, summary table.
+
+`MetricsSink.log(m)` appends `to_dict(m)` as one JSON line (fsynced), logs the same numbers to
+W&B with `step=m.round`, and re-renders run_dir/plots/. W&B runs offline unless the caller passes
+wandb_mode="online" (the user's config); offline files land in run_dir/wandb and can be uploaded
+later with `wandb sync run_dir/wandb/offline-run-*`. The W&B run id is derived from the run id,
+so a resumed run continues the same W&B run.
+
+Resume: call `log` after `TraceStore.complete_round`, so the file can lag the trace but never lead
+it; on resume, replay `TraceStore.round_metrics()` into `log` - rounds already in the file with
+equal content are skipped, missing ones are appended. A line half-written by a killed process is
+cut off when the sink opens. When two lines carry the same round, the last one wins.
+
+Never fatal: if wandb is missing or fails, or a plot cannot be drawn, the sink warns once and goes
+on with the rest. Non-goals: system metrics, cross-run dashboards, model checkpoints in W&B.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from spade_ray.records import RoundMetrics, from_dict, to_dict
+from spade_ray.tracking.plots import render_plots
+from spade_ray.tracking.query import format_table
+
+log = logging.getLogger(__name__)
+
+WANDB_MODES = ("offline", "online", "disabled")
+
+
+class MetricsSink:
+    """Where round metrics go: a JSON-lines file, W&B and plots (see the module docstring)."""
+
+    def __init__(self, run_dir: str | Path, run_id: str, config: dict[str, Any],
+                 wandb_mode: str = "offline", wandb_project: str = "spade-ray") -> None:
+        if wandb_mode not in WANDB_MODES:
+            raise ValueError(f"wandb_mode={wandb_mode!r}; choose one of {WANDB_MODES}")
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id
+        self.path = self.run_dir / "metrics.jsonl"
+        self.plots_dir = self.run_dir / "plots"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._warned: set[str] = set()
+        self._history = {m.round: m for m in load_metrics(self.path, repair=True)}
+        self._wandb = None
+        if wandb_mode != "disabled":
+            self._wandb = self._start_wandb(config, wandb_mode, wandb_project)
+        # The id W&B actually gave the run (None without W&B); equal across resumes.
+        self.wandb_id: str | None = getattr(self._wandb, "id", None)
+
+    @property
+    def history(self) -> list[RoundMetrics]:
+        return [self._history[r] for r in sorted(self._history)]
+
+    def log(self, metrics: RoundMetrics) -> bool:
+        """Record one round; False if this exact round was already logged (a resume replay)."""
+        if metrics.run_id != self.run_id:
+            raise ValueError(f"metrics of run {metrics.run_id!r} sent to the sink of run "
+                             f"{self.run_id!r}")
+        if self._history.get(metrics.round) == metrics:
+            return False
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(to_dict(metrics), sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self._history[metrics.round] = metrics
+        if self._wandb is not None:
+            try:
+                self._wandb.log(wandb_payload(metrics), step=metrics.round)
+            except Exception as e:  # W&B is a mirror of metrics.jsonl, never worth a crash
+                self._warn_once("wandb", f"W&B logging failed ({e!r}); W&B is off for the rest "
+                                f"of this run, metrics still go to {self.path}")
+                self._wandb = None
+        try:
+            render_plots(self.history, self.plots_dir)
+        except Exception as e:  # plots are a view of metrics.jsonl; losing them loses no data
+            self._warn_once("plots", f"could not draw plots in {self.plots_dir}: {e!r}")
+        return True
+
+    def close(self) -> None:
+        if self._wandb is not None:
+            try:
+                self._wandb.finish()
+            except Exception as e:
+                self._warn_once("wandb", f"W&B finish failed: {e!r}")
+            self._wandb = None
+
+    def __enter__(self) -> MetricsSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start_wandb(self, config: dict[str, Any], mode: str, project: str) -> Any:
+        try:
+            import wandb
+        except ImportError:
+            self._warn_once("wandb", "wandb is not installed; metrics go to metrics.jsonl and "
+                            "plots only (pip install wandb to mirror them to W&B)")
+            return None
+        try:
+            return wandb.init(
+                project=project, id=wandb_run_id(self.run_id), name=self.run_id,
+                resume="allow", dir=str(self.run_dir), mode=mode, config=config,
+                # create_new: never hand back (or finish) another sink's run in this process.
+                reinit="create_new",
+                # console="off": W&B must not wrap the driver's stdout/stderr.
+                settings=wandb.Settings(console="off", silent=True))
+        except Exception as e:
+            self._warn_once("wandb", f"W&B init failed in {mode} mode ({e!r}); metrics go to "
+                            "metrics.jsonl and plots only")
+            return None
+
+    def _warn_once(self, topic: str, message: str) -> None:
+        if topic not in self._warned:
+            self._warned.add(topic)
+            log.warning(message)
+
+
+def wandb_run_id(run_id: str) -> str:
+    """A W&B-safe id (letters, digits, '-', '_'; at most 64 chars) that is stable per run id."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "-", run_id)
+    if safe == run_id and len(safe) <= 64:
+        return safe
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]  # keeps distinct ids distinct
+    return f"{safe[:55]}-{digest}"
+
+
+def wandb_payload(m: RoundMetrics) -> dict[str, float]:
+    """RoundMetrics as W&B keys, grouped by panel prefix."""
+    payload: dict[str, float] = {
+        "round": m.round, "generator_version": m.generator_version,
+        "solver_version": m.solver_version,
+        "tasks/proposed": m.tasks_proposed, "tasks/valid": m.tasks_valid,
+        "tasks/valid_rate": m.valid_task_rate, "tasks/new_task_pass_rate": m.new_task_pass_rate,
+        "tasks/mean_difficulty": m.mean_difficulty, "pairs": m.pairs,
+        "candidates/diversity": m.candidate_diversity, "tokens/generator": m.tokens_generator,
+        "tokens/solver": m.tokens_solver, "sandbox/cpu_s": m.sandbox_cpu_s,
+        "time/round_s": m.wall_s,
+    }
+    if m.validation_pass_at_1 is not None:
+        payload["validation/pass_at_1"] = m.validation_pass_at_1
+        payload["validation/problems"] = m.validation_problems
+    payload.update({f"rejections/{reason}": n for reason, n in m.rejection_reasons})
+    payload.update({f"time/{stage}_s": s for stage, s in m.stage_s})
+    return payload
+
+
+def load_metrics(path: str | Path, repair: bool = False) -> list[RoundMetrics]:
+    """Read metrics.jsonl (last line per round wins). With `repair`, cut a torn last line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    body, _, tail = raw.rpartition(b"\n")
+    if tail:  # no final newline: a write was cut short by a crash
+        log.warning("%s: dropping a half-written last line (%d bytes)", path, len(tail))
+        if repair:
+            with open(path, "r+b") as f:
+                f.truncate(len(raw) - len(tail))
+                os.fsync(f.fileno())
+    by_round: dict[int, RoundMetrics] = {}
+    for number, line in enumerate(body.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            metrics = from_dict(RoundMetrics, json.loads(line))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{path}:{number} is not a RoundMetrics line ({e}); fix or move "
+                             "the file") from e
+        by_round[metrics.round] = metrics
+    return [by_round[r] for r in sorted(by_round)]
+
+
+def summary_table(metrics_list: Sequence[RoundMetrics]) -> str:
+    """The end-of-run table: one row per round, then the most common rejection reasons."""
+    columns = ["round", "gen_v", "sol_v", "val_pass@1", "new_pass", "difficulty", "valid_rate",
+               "valid/proposed", "pairs", "diversity", "tokens", "cpu_s", "wall_s"]
+    rows = [(m.round, m.generator_version, m.solver_version, m.validation_pass_at_1,
+             m.new_task_pass_rate, m.mean_difficulty, m.valid_task_rate,
+             f"{m.tasks_valid}/{m.tasks_proposed}", m.pairs, m.candidate_diversity,
+             m.tokens_generator + m.tokens_solver, m.sandbox_cpu_s, m.wall_s)
+            for m in sorted(metrics_list, key=lambda m: m.round)]
+    text = format_table(rows, columns)
+    reasons: Counter[str] = Counter()
+    for m in metrics_list:
+        reasons.update(dict(m.rejection_reasons))
+    if reasons:
+        top = ", ".join(f"{reason} x{n}" for reason, n in reasons.most_common(5))
+        text += f"\nrejections (all rounds): {top}"
+    return text

@@ -1,0 +1,166 @@
+"""Read-only queries over a trace store: the functions behind `spade-ray trace`.
+
+Every function opens the file read-only (`file:...?mode=ro`, plus `PRAGMA query_only` and no
+ATTACH), so a query can never change a trace, even one a live run is writing (WAL lets readers
+and the writer proceed together). Each returns (rows, columns); `format_table` prints them.
+Non-goals: writing, pruning (trace.py), plots (plots.py).
+
+Schema (SQLite). Every table starts with the stamp
+    run_id TEXT, round INTEGER, generator_version INTEGER, solver_version INTEGER,
+    recorded_at REAL (unix seconds)
+where the versions are the weights live when the row was written. Booleans are 0/1; columns
+marked JSON hold JSON text (use json_extract); primary keys make re-recording a no-op.
+
+  tasks             (run_id, round, task_id) -- every parsed task, valid or rejected
+      task_id, valid, reason ('' when valid), family, topic, description, entry_point,
+      signature, tests JSON {asserts, check, entry_point}, reference, buggy, limits JSON,
+      source, task_generator_version (the weights that wrote the task; -1 for seed tasks)
+  generator_inputs  (run_id, round, input_index) -- one generator call each
+      input_index, prompt, text (raw output), prompt_tokens, completion_tokens,
+      finish_reason, weights_version, outcome ('parsed' or why not), task_id, text_state
+  candidates        (run_id, round, candidate_id) -- one solver attempt each
+      candidate_id, task_id, code, candidate_solver_version, prompt_tokens, completion_tokens
+  executions        (run_id, round, candidate_id) -- a candidate run against its task's tests
+      candidate_id, task_id, status, exit_code, stdout, stderr, truncated (by the sandbox),
+      wall_s, cpu_s, peak_memory_mb, env_hash, limits_enforced_by, detail,
+      outcomes JSON [{name, outcome, message, wall_s}], tests_total, passed, text_state
+  scores            (run_id, round, candidate_id) -- the evaluator's verdict
+      candidate_id, task_id, value, passed, tests_passed, tests_total, status, cpu_s,
+      peak_memory_mb
+  pairs             (run_id, round, chosen_candidate_id, rejected_candidate_id)
+      task_id, prompt, chosen, rejected, chosen_candidate_id, rejected_candidate_id,
+      chosen_score, rejected_score, pair_solver_version, pair_generator_version
+  rounds            (run_id, round) -- written when a round completes (the resume point)
+      metrics JSON (RoundMetrics), state JSON (what the loop needs to resume)
+  meta              key, value -- schema_version
+
+text_state: 'full', 'truncated' (cut on write, a marker shows where) or 'pruned' (emptied by
+rotation; scalar columns remain). Example:
+    SELECT round, AVG(passed) FROM scores GROUP BY round;
+    SELECT round, json_extract(metrics, '$.validation_pass_at_1') FROM rounds;
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+Rows = list[tuple[Any, ...]]
+
+_SUMMARY = """
+WITH keys AS (SELECT run_id, round FROM rounds UNION SELECT run_id, round FROM tasks
+              UNION SELECT run_id, round FROM generator_inputs
+              UNION SELECT run_id, round FROM candidates)
+SELECT k.run_id, k.round,
+  CASE WHEN r.round IS NULL THEN 'no' ELSE 'yes' END AS completed,
+  r.generator_version, r.solver_version,
+  (SELECT COUNT(*) FROM generator_inputs g WHERE g.run_id=k.run_id AND g.round=k.round)
+    AS generator_outputs,
+  (SELECT COUNT(*) FROM tasks t WHERE t.run_id=k.run_id AND t.round=k.round) AS tasks,
+  (SELECT COUNT(*) FROM tasks t WHERE t.run_id=k.run_id AND t.round=k.round AND t.valid)
+    AS valid_tasks,
+  (SELECT COUNT(*) FROM candidates c WHERE c.run_id=k.run_id AND c.round=k.round) AS candidates,
+  (SELECT COUNT(*) FROM scores s WHERE s.run_id=k.run_id AND s.round=k.round AND s.passed)
+    AS passed,
+  (SELECT COUNT(*) FROM pairs p WHERE p.run_id=k.run_id AND p.round=k.round) AS pairs
+FROM keys k LEFT JOIN rounds r ON r.run_id=k.run_id AND r.round=k.round
+WHERE (:run_id IS NULL OR k.run_id=:run_id)
+ORDER BY k.run_id, k.round"""
+
+_TASKS = """
+SELECT t.run_id, t.round, t.task_id, t.valid, t.reason, t.family, t.topic, t.source,
+  (SELECT COUNT(*) FROM scores s WHERE s.run_id=t.run_id AND s.round=t.round
+     AND s.task_id=t.task_id) AS candidates,
+  (SELECT AVG(s.passed) FROM scores s WHERE s.run_id=t.run_id AND s.round=t.round
+     AND s.task_id=t.task_id) AS pass_rate,
+  t.description
+FROM tasks t
+WHERE (:run_id IS NULL OR t.run_id=:run_id) AND (:round IS NULL OR t.round=:round)
+  AND (:valid IS NULL OR t.valid=:valid)
+ORDER BY t.run_id, t.round, t.rowid"""
+
+_CANDIDATES = """
+SELECT c.run_id, c.round, c.candidate_id, c.candidate_solver_version AS solver_version,
+  s.status, s.passed, s.value, s.tests_passed, s.tests_total, e.wall_s, e.cpu_s,
+  c.completion_tokens, e.detail
+FROM candidates c
+LEFT JOIN scores s USING (run_id, round, candidate_id)
+LEFT JOIN executions e USING (run_id, round, candidate_id)
+WHERE c.task_id=:task_id AND (:run_id IS NULL OR c.run_id=:run_id)
+ORDER BY c.run_id, c.round, c.rowid"""
+
+
+def connect_readonly(db: str | Path) -> sqlite3.Connection:
+    """A connection that cannot write: read-only URI, query_only, ATTACH refused."""
+    path = Path(db)
+    if not path.is_file():
+        raise FileNotFoundError(f"no trace store at {path} (a run writes run_dir/trace.sqlite)")
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
+    conn.execute("PRAGMA query_only=ON")
+    conn.set_authorizer(_deny_attach)
+    return conn
+
+
+def _deny_attach(action: int, *_: Any) -> int:
+    # ATTACH could open a second, writable file from inside a "read-only" query.
+    return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_ATTACH else sqlite3.SQLITE_OK
+
+
+def run_sql(db: str | Path, sql: str, params: Sequence[Any] | dict[str, Any] = (),
+            max_rows: int | None = None) -> tuple[Rows, list[str]]:
+    """Run one read-only statement; writes fail with sqlite3.OperationalError."""
+    conn = connect_readonly(db)
+    try:
+        cur = conn.execute(sql, params)
+        rows = cur.fetchall() if max_rows is None else cur.fetchmany(max_rows)
+        columns = [d[0] for d in cur.description] if cur.description else []
+        return [tuple(r) for r in rows], columns
+    finally:
+        conn.close()
+
+
+def summary(db: str | Path, run_id: str | None = None) -> tuple[Rows, list[str]]:
+    """One row per (run, round): completed?, versions, and how many of each record."""
+    return run_sql(db, _SUMMARY, {"run_id": run_id})
+
+
+def list_tasks(db: str | Path, round: int | None = None, valid: bool | None = None,
+               run_id: str | None = None) -> tuple[Rows, list[str]]:
+    """Tasks with their verdict and how their candidates fared."""
+    flag = None if valid is None else int(valid)
+    return run_sql(db, _TASKS, {"run_id": run_id, "round": round, "valid": flag})
+
+
+def list_candidates(db: str | Path, task_id: str,
+                    run_id: str | None = None) -> tuple[Rows, list[str]]:
+    """Every candidate for `task_id` with its score and execution figures."""
+    return run_sql(db, _CANDIDATES, {"task_id": task_id, "run_id": run_id})
+
+
+def format_table(rows: Rows, columns: Sequence[str], max_width: int = 48) -> str:
+    """A plain-text table; long cells are cut with '…', newlines shown as '\\n'."""
+    cells = [[_cell(v, max_width) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    numeric = [all(isinstance(r[i], (int, float)) or r[i] is None for r in rows) and bool(rows)
+               for i in range(len(columns))]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    out = [line(list(columns)), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
+
+
+def _cell(value: Any, max_width: int) -> str:
+    if value is None:
+        text = ""
+    elif isinstance(value, float):
+        text = f"{value:.4g}"
+    else:
+        text = str(value).replace("\n", "\\n")
+    return text if len(text) <= max_width else text[:max_width - 1] + "…"

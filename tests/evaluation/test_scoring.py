@@ -1,0 +1,176 @@
+"""The evaluator's rules, through a real local sandbox where a run is needed."""
+
+import dataclasses
+
+import pytest
+
+from spade_ray.evaluation.scoring import (
+    CPU_MARGIN_S,
+    IncomparableScores,
+    SandboxFailure,
+    compare,
+    needs_rerun,
+    rank_key,
+    score,
+    score_many,
+)
+from spade_ray.execution import Sandbox
+from spade_ray.records import (
+    Candidate,
+    CheckResult,
+    ExecResult,
+    ExecStatus,
+    Limits,
+    Score,
+    TestOutcome,
+    TestSuite,
+)
+
+ADD_TESTS = TestSuite(asserts=("assert add(1, 2) == 3", "assert add(0, 0) == 0",
+                               "assert add(-2, 1) == -1"))
+LIMITS = Limits(timeout_s=1.0, cpu_s=1.0, memory_mb=128, max_output_bytes=10_000)
+
+CORRECT = "def add(a, b):\n    return a + b\n"
+# ~0.13 s of CPU before defining add: far beyond the CPU noise margin (20 ms and 25 %).
+SLOW = "_ = sum(range(20_000_000))\n" + CORRECT
+# 40 MB held while the tests run: far beyond the memory margin (2 MB and 10 %).
+BIG = "_keep = bytearray(40_000_000)\n" + CORRECT
+PARTIAL = "def add(a, b):\n    return a + b if a >= 0 else 0\n"  # fails add(-2, 1) only
+WRONG = "def add(a, b):\n    return a - b - 1\n"
+HANGS = "while True:\n    pass\n"
+BROKEN = "def add(a, b) return a + b\n"
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(backend="local", limits=LIMITS, workers=2) as sb:
+        yield sb
+
+
+def candidate(code: str, index: int = 0, task_id: str = "t") -> Candidate:
+    return Candidate(candidate_id=f"{task_id}/{index}", task_id=task_id, code=code,
+                     solver_version=0, prompt_tokens=0, completion_tokens=0)
+
+
+def scored(sandbox, codes: list[str]) -> list[Score]:
+    candidates = [candidate(code, i) for i, code in enumerate(codes)]
+    return score_many(candidates, sandbox.check_many(codes, [ADD_TESTS] * len(codes)))
+
+
+def made_score(value=1.0, passed=True, cpu_s=0.01, peak_memory_mb=10.0, index=0,
+               status=ExecStatus.OK, task_id="t") -> Score:
+    return Score(candidate_id=f"{task_id}/{index}", task_id=task_id, value=value, passed=passed,
+                 tests_passed=round(value * 3), tests_total=3, status=status, cpu_s=cpu_s,
+                 peak_memory_mb=peak_memory_mb)
+
+
+def check_result(status: ExecStatus, outcomes: tuple[str, ...], passed: bool) -> CheckResult:
+    execution = ExecResult(status=status, exit_code=0, stdout="", stderr="", truncated=False,
+                           wall_s=0.1, cpu_s=0.05, peak_memory_mb=5.0, env_hash="x",
+                           limits_enforced_by="test")
+    return CheckResult(execution=execution, tests_total=len(outcomes), passed=passed,
+                       outcomes=tuple(TestOutcome(f"assert[{i}]", o, "", 0.0)
+                                      for i, o in enumerate(outcomes)))
+
+
+def test_value_is_the_fraction_of_tests_passed(sandbox):
+    correct, partial, wrong = scored(sandbox, [CORRECT, PARTIAL, WRONG])
+    assert (correct.value, partial.value, wrong.value) == (1.0, pytest.approx(2 / 3), 0.0)
+    assert (partial.tests_passed, partial.tests_total) == (2, 3)
+
+
+def test_passed_only_when_every_test_passed(sandbox):
+    assert [s.passed for s in scored(sandbox, [CORRECT, PARTIAL])] == [True, False]
+
+
+@pytest.mark.parametrize("code, status", [
+    (HANGS, ExecStatus.TIMEOUT),
+    ("_ = bytearray(400_000_000)\n" + CORRECT, ExecStatus.MEMORY_LIMIT),
+    ("print('x' * 50_000)\n" + CORRECT, ExecStatus.OUTPUT_LIMIT),
+    (BROKEN, ExecStatus.ERROR),
+])
+def test_limits_and_errors_before_the_tests_score_zero(sandbox, code, status):
+    (s,) = scored(sandbox, [code])
+    assert (s.status, s.value, s.passed) == (status, 0.0, False)
+
+
+@pytest.mark.parametrize("status", [ExecStatus.TIMEOUT, ExecStatus.MEMORY_LIMIT,
+                                    ExecStatus.OUTPUT_LIMIT, ExecStatus.KILLED])
+def test_a_limit_after_the_tests_reported_still_scores_zero(status):
+    s = score(candidate(CORRECT), check_result(status, ("passed",) * 3, passed=False))
+    assert (s.value, s.tests_passed) == (0.0, 0)
+
+
+def test_error_after_the_tests_keeps_partial_credit_but_ranks_below_a_pass():
+    late_error = score(candidate(CORRECT), check_result(ExecStatus.ERROR, ("passed",) * 3,
+                                                        passed=False))
+    assert late_error.value == 1.0 and not late_error.passed
+    assert compare(made_score(), late_error) == 1
+
+
+def test_sandbox_error_is_flagged_for_rerun_and_never_ranked():
+    s = score(candidate(CORRECT), check_result(ExecStatus.SANDBOX_ERROR, (), passed=False))
+    assert needs_rerun(s) and s.value == 0.0
+    assert not needs_rerun(made_score())
+    with pytest.raises(SandboxFailure, match="re-run"):
+        compare(made_score(), s)
+
+
+def test_higher_value_wins_whatever_the_cost():
+    cheap_partial = made_score(value=2 / 3, passed=False, cpu_s=0.001, peak_memory_mb=1.0)
+    costly_pass = made_score(cpu_s=0.9, peak_memory_mb=100.0, index=1)
+    assert compare(costly_pass, cheap_partial) == 1
+    assert compare(cheap_partial, costly_pass) == -1
+
+
+def test_clearly_less_cpu_wins_between_two_passes(sandbox):
+    fast, slow = scored(sandbox, [CORRECT, SLOW])
+    assert compare(fast, slow) == 1 and compare(slow, fast) == -1
+
+
+@pytest.mark.parametrize("a_ms, b_ms", [(10, 10 + 1000 * CPU_MARGIN_S - 1), (100, 124)])
+def test_cpu_differences_within_noise_are_ties(a_ms, b_ms):
+    a = made_score(cpu_s=a_ms / 1000)
+    b = made_score(cpu_s=b_ms / 1000, index=1)
+    assert compare(a, b) == 0 == compare(b, a)
+
+
+def test_memory_breaks_a_cpu_tie_only_beyond_its_margin():
+    base = made_score(cpu_s=0.010, peak_memory_mb=10.0)
+    assert compare(base, dataclasses.replace(base, peak_memory_mb=13.0)) == 1
+    assert compare(base, dataclasses.replace(base, peak_memory_mb=11.5)) == 0  # < 2 MB
+    assert compare(dataclasses.replace(base, peak_memory_mb=100.0),
+                   dataclasses.replace(base, peak_memory_mb=108.0)) == 0  # < 10 %
+
+
+def test_efficiency_does_not_separate_failing_candidates():
+    a = made_score(value=2 / 3, passed=False, cpu_s=0.001)
+    b = made_score(value=2 / 3, passed=False, cpu_s=0.9, index=1)
+    assert compare(a, b) == 0
+
+
+def test_rank_key_sorts_by_value_then_passed():
+    scores = [made_score(value=1.0, passed=False), made_score(value=0.0, passed=False),
+              made_score(value=1.0), made_score(value=1 / 3, passed=False)]
+    ordered = sorted(scores, key=rank_key, reverse=True)
+    assert [(s.value, s.passed) for s in ordered] == [(1.0, True), (1.0, False), (1 / 3, False),
+                                                     (0.0, False)]
+
+
+def test_scores_of_different_tasks_are_incomparable():
+    with pytest.raises(IncomparableScores, match="different tasks"):
+        compare(made_score(task_id="a"), made_score(task_id="b"))
+
+
+def test_same_code_gets_the_same_verdicts_every_time(sandbox):
+    codes = [CORRECT, SLOW, BIG, PARTIAL, WRONG, HANGS, BROKEN]
+    runs = []
+    for _ in range(3):
+        scores = scored(sandbox, codes)
+        verdicts = [(s.value, s.passed, s.status) for s in scores]
+        order = [[compare(a, b) for b in scores] for a in scores]
+        runs.append((verdicts, order))
+    assert runs[1] == runs[0] and runs[2] == runs[0]
+    # The order is not trivially all ties: efficiency and correctness both separate someone.
+    order = runs[0][1]
+    assert order[0][1] == 1 and order[0][2] == 1 and order[0][3] == 1 and order[3][4] == 1

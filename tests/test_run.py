@@ -1,0 +1,90 @@
+"""`spade-ray run` end to end with the tiny model (every stage real), and resume after kill -9."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SPADE_RAY = str(Path(sys.executable).parent / "spade-ray")
+
+
+def run_cmd(run_root, *overrides):
+    return [SPADE_RAY, "run", "experiment=cpu_tiny", f"run_root={run_root}", "wandb.mode=offline",
+            *overrides]
+
+
+def metrics_rounds(run_dir: Path) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line)["round"] for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    out = subprocess.run(run_cmd(root), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return root / "cpu_tiny", out.stdout
+
+
+def test_each_round_prints_its_figures_and_a_summary_ends_the_run(tiny_run):
+    _, stdout = tiny_run
+    assert "round 0: val pass@1" in stdout and "round 1: val pass@1" in stdout
+    assert "rejections (all rounds)" in stdout
+
+
+def test_run_directory_holds_trace_pairs_metrics_plots_and_wandb(tiny_run):
+    run_dir, _ = tiny_run
+    assert metrics_rounds(run_dir) == [0, 1]
+    assert (run_dir / "pairs" / "round_001.jsonl").exists()
+    assert (run_dir / "pairs" / "round_001" / "dataset_info.json").exists()
+    assert list((run_dir / "plots").glob("*.png"))
+    assert (run_dir / "wandb").is_dir()
+
+
+def test_every_candidate_is_traced_with_its_score_and_versions(tiny_run):
+    run_dir, _ = tiny_run
+    db = sqlite3.connect(run_dir / "trace.sqlite")
+    candidates = db.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]
+    scores = db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+    executions = db.execute("SELECT COUNT(*) FROM executions").fetchone()[0]
+    assert candidates > 0 and candidates == scores == executions
+    versions = db.execute("SELECT DISTINCT generator_version, solver_version FROM candidates")
+    assert versions.fetchall() == [(0, 0)]
+
+
+def test_malformed_generator_output_is_counted_not_fatal(tiny_run):
+    run_dir, _ = tiny_run
+    rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["tasks_proposed"] == 4 for r in rounds)
+    reasons = {reason for r in rounds for reason, _ in r["rejection_reasons"]}
+    assert reasons and reasons <= {"missing_section", "test_count", "bad_signature",
+                                   "reference_syntax", "test_ignores_entry_point"}
+
+
+def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):
+    cmd = run_cmd(tmp_path, "loop.rounds=3")
+    run_dir = tmp_path / "cpu_tiny"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while metrics_rounds(run_dir) == [] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # mid-round 1, Ray and the sandbox included
+    proc.wait()
+    done_before = metrics_rounds(run_dir)
+    assert done_before and done_before[-1] < 2
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert metrics_rounds(run_dir) == [0, 1, 2]
+    db = sqlite3.connect(run_dir / "trace.sqlite")
+    per_round = dict(db.execute("SELECT round, COUNT(*) FROM candidates GROUP BY round"))
+    assert len(set(per_round.values())) == 1  # every round has its full, single set of rows
+    assert db.execute("SELECT COUNT(*) FROM rounds").fetchone()[0] == 3
