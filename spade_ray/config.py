@@ -67,6 +67,7 @@ class LoopConfig:
     few_shot: int = 2
     topics: list[str] = dataclasses.field(default_factory=list)
     pair_margin: float = 0.0
+    max_similarity: float = 0.8  # a new task this close to a known one is a near-duplicate
     seed: int = 0
     caps: CapsConfig = dataclasses.field(default_factory=CapsConfig)
     archive_size: int = 200

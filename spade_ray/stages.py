@@ -22,6 +22,7 @@ from spade_ray.preferences.pairs import build_pairs
 from spade_ray.records import Candidate, Completion, Limits, RoundMetrics, SamplingParams, Task
 from spade_ray.rollout.actor import RoleEngines
 from spade_ray.rollout.sampling import TokenBudgetExceeded, TokenMeter, sample_distinct
+from spade_ray.tasks.diversity import most_similar
 from spade_ray.tasks.format import TaskFormatError, parse_task
 from spade_ray.tasks.prompting import (
     candidate_program,
@@ -121,17 +122,17 @@ def generate_tasks(ctx: Context, topics: list[str], archive: list[Task], rng: ra
     except TokenBudgetExceeded as e:
         raise CapReached(str(e)) from e
     generate_s = time.monotonic() - started
-    known = {t.task_id for t in pool}
+    known = list(pool)
     version = ctx.generator.weights_version
     inputs, parsed, unparsed = [], [], []
     for topic, prompt, group in zip(topics, prompts, sample.completions):
         for completion in group:
-            outcome, task = _parse(completion, topic, ctx.limits, version, known)
+            outcome, task = _parse(completion, topic, ctx, version, known)
             inputs.append(GeneratorInput(index=0, prompt=prompt, completion=completion,
                                          outcome=outcome, task_id=task.task_id if task else None))
             if task is not None:
                 parsed.append(task)
-                known.add(task.task_id)
+                known.append(task)
             else:
                 unparsed.append(outcome)
     started = time.monotonic()
@@ -140,14 +141,15 @@ def generate_tasks(ctx: Context, topics: list[str], archive: list[Task], rng: ra
                           time.monotonic() - started)
 
 
-def _parse(completion: Completion, topic: str, limits: Limits, version: int, known: set[str]
+def _parse(completion: Completion, topic: str, ctx: Context, version: int, known: list[Task]
            ) -> tuple[str, Task | None]:
     try:
-        task = parse_task(completion.text, topic, limits, generator_version=version)
+        task = parse_task(completion.text, topic, ctx.limits, generator_version=version)
     except TaskFormatError as e:
         return e.reason, None
-    if task.task_id in known:
-        return "duplicate_task", None
+    _, similarity = most_similar(task, known)
+    if similarity >= ctx.loop.max_similarity:
+        return "near_duplicate", None
     return "parsed", task
 
 
@@ -178,8 +180,8 @@ def solve_and_score(ctx: Context, index: int, tasks: list[Task], tally: Any,
     """Solver step, execution, scoring and preference pairs for a batch of tasks."""
     if not tasks:
         return
-    examples = [t for t in ctx.seeds if t.family == "codegen"][:ctx.loop.few_shot + 1]
-    prompts = [solver_prompt(ctx.templates["solver"], t, examples[:ctx.loop.few_shot + 1])
+    examples = [t for t in ctx.seeds if t.family == "codegen"]
+    prompts = [solver_prompt(ctx.templates["solver"], t, examples, ctx.loop.few_shot)
                for t in tasks]
     sampling = dataclasses.replace(ctx.solver_sampling, n=ctx.loop.candidates)
     started = time.monotonic()

@@ -74,3 +74,14 @@ def test_exec_on_the_docker_backend(tmp_path):
     data = json.loads(out.stdout)
     assert data["stdout"] == "sandbox\n"
     assert data["limits_enforced_by"].startswith("docker")
+
+
+def test_eval_reports_humaneval_pass_at_1_through_the_sandbox():
+    out = cli("eval", "--model", "tiny", "--problems", "2", "--max-tokens", "8")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "HumanEval 2 problems x1: pass@1 0.000" in out.stdout  # a random model passes none
+
+
+def test_trace_of_a_missing_run_is_a_named_error(tmp_path):
+    out = cli("trace", tmp_path / "nope")
+    assert out.returncode == 2 and "no trace at" in out.stderr

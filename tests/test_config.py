@@ -37,3 +37,18 @@ def test_unknown_key_is_refused():
     cfg.roles.solver.temprature = 0.5
     with pytest.raises(Exception, match="temprature"):
         validate_model(cfg)
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))
+def test_every_experiment_composes_and_validates(experiment):
+    from hydra import compose, initialize_config_dir
+
+    from spade_ray.config import sandbox_limits, validate_loop, validate_validation
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"experiment={experiment}"])
+    validate_model(cfg.model)
+    validate_loop(cfg.loop)
+    validate_validation(cfg.validation)
+    sandbox_limits(cfg.sandbox)
+    assert cfg.run_name == experiment

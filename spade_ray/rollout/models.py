@@ -22,7 +22,7 @@ from spade_ray.rollout.backend import ModelLoadError
 
 DEFAULT_CACHE = Path(os.environ.get("SPADE_CACHE", Path.home() / ".cache" / "spade-ray"))
 TINY_SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
-TINY_VERSION = 2  # bump when build_tiny_model changes: the cache directory is named after it
+TINY_VERSION = 3  # bump when build_tiny_model changes: the cache directory is named after it
 
 
 def resolve_model(spec: str, cache_dir: Path = DEFAULT_CACHE) -> str:
@@ -58,7 +58,8 @@ def build_tiny_model(directory: Path, seed: int = 0) -> Path:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>",
                                         bos_token="<s>", eos_token="</s>")
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         # head_dim 32: the smallest vLLM's CPU attention supports
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                          # byte-level tokens: few-shot prompts run to a few thousand
                          max_position_embeddings=8192, pad_token_id=0, bos_token_id=1,
                          eos_token_id=2, tie_word_embeddings=False)

@@ -39,11 +39,14 @@ def generator_prompt(template: PromptTemplate, topic: str, pool: list[Task], sho
     return render(template, examples, tokenizer, topic=topic)
 
 
-def solver_prompt(template: PromptTemplate, task: Task, examples: list[Task],
+def solver_prompt(template: PromptTemplate, task: Task, examples: list[Task], shots: int,
                   tokenizer=None) -> str:
-    shots = [{"description": _shown_description(t), "solution": t.reference.rstrip()}
-             for t in examples if t.task_id != task.task_id]
-    return render(template, shots, tokenizer, description=_shown_description(task),
+    """The first `shots` examples other than the task itself (a replayed seed task must not
+    show its own solution)."""
+    chosen = [t for t in examples if t.task_id != task.task_id][:shots]
+    shown = [{"description": _shown_description(t), "solution": t.reference.rstrip()}
+             for t in chosen]
+    return render(template, shown, tokenizer, description=_shown_description(task),
                   signature=task.signature)
 
 

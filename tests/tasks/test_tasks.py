@@ -118,7 +118,7 @@ def test_generator_prompt_shows_examples_and_ends_at_the_new_task():
 
 def test_base_model_candidate_is_signature_plus_body():
     task = parse_task(GOOD, "math")
-    prompt = solver_prompt(load_prompts("fewshot")["solver"], task, load_seed_tasks()[:2])
+    prompt = solver_prompt(load_prompts("fewshot")["solver"], task, load_seed_tasks(), 2)
     assert prompt.rstrip().endswith(task.signature)
     code = candidate_program(task, "\n    return x * 2\n### Task", chat=False)
     assert code.startswith("def double(x: int) -> int:\n    return x * 2")
@@ -134,3 +134,23 @@ def test_unrunnable_model_output_still_becomes_a_program():
     task = parse_task(GOOD, "math")
     assert "\x00" not in candidate_program(task, "\n    return\x00 x", chat=False)
     assert candidate_program(task, "   ", chat=True).strip()
+
+
+def test_a_replayed_seed_task_never_shows_its_own_solution():
+    seeds = load_seed_tasks()
+    prompt = solver_prompt(load_prompts("fewshot")["solver"], seeds[0], seeds, 2)
+    assert seeds[0].reference.strip() not in prompt
+    assert prompt.count("### Task") == 3  # two examples + the task
+
+
+def test_a_renamed_copy_of_a_seed_is_a_near_duplicate():
+    from spade_ray.tasks.diversity import most_similar
+
+    seeds = load_seed_tasks()
+    word_counts = next(t for t in seeds if t.entry_point == "word_counts")
+    copy = parse_task(render_task(word_counts).replace("word_counts", "count_words")
+                      .replace("Count how often", "Count how many times"), "dictionaries")
+    match, similarity = most_similar(copy, seeds)
+    assert match is word_counts and similarity >= 0.8
+    others = [t for t in seeds if t is not word_counts]
+    assert most_similar(word_counts, others)[1] < 0.5
