@@ -16,7 +16,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 # The Docker engine and the locally built sandbox image (no registry is reachable).

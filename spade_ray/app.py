@@ -16,12 +16,13 @@ import ray
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from spade_ray import loop, stages
+from spade_ray import loop, stages, training
 from spade_ray.cluster import Cluster, RoleSpec
 from spade_ray.config import (
     role_sampling,
     role_specs,
     sandbox_limits,
+    validate_learner,
     validate_loop,
     validate_model,
     validate_validation,
@@ -29,13 +30,13 @@ from spade_ray.config import (
 from spade_ray.evaluation import humaneval
 from spade_ray.execution import Sandbox
 from spade_ray.records import Limits
+from spade_ray.rollout.models import resolve_model
 from spade_ray.tasks.seeds import load_seed_tasks
 from spade_ray.tasks.templates import load_prompts
 from spade_ray.tracking.metrics import MetricsSink, summary_table
 from spade_ray.tracking.trace import TraceStore
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-LEARNERS = ("none",)
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
@@ -48,9 +49,7 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
     loop_cfg = validate_loop(cfg.loop)
     validation = validate_validation(cfg.validation)
     sandbox_cfg, limits = sandbox_limits(cfg.sandbox)
-    if cfg.learner.name not in LEARNERS:
-        raise ValueError(f"learner={cfg.learner.name!r} is not available yet: use one of "
-                         f"{LEARNERS} (the learner issue adds dpo and grpo)")
+    learner = validate_learner(cfg.learner)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = str(cfg.run_name)
     if not ray.is_initialized():  # RAY_ADDRESS (ray job submit) joins a cluster
@@ -79,6 +78,10 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                 validation_problems=humaneval.load_problems(validation.problems or None,
                                                             seed=loop_cfg.seed)
                 if validation.problems else [])
+            if learner.name != "none":
+                ctx.trainer = training.Trainer.start(
+                    learner, resolve_model(model.roles["solver"].model), cluster.engines,
+                    run_dir)
             metrics = loop.run(ctx)
     finally:
         sink.close()

@@ -16,6 +16,7 @@ from spade_ray.records import Limits, SamplingParams
 from spade_ray.rollout.actor import BACKENDS
 
 ROLES = ("generator", "solver")
+LEARNERS = ("none", "dpo", "grpo")
 
 
 @dataclasses.dataclass
@@ -85,6 +86,26 @@ class SandboxConfig:
     backend: str = "local"
     workers: int | None = None
     limits: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class LearnerConfig:
+    name: str = "none"  # none | dpo | grpo
+    cpus: float = 1.0
+    gpus: int = 0
+    min_pairs_per_update: int = 8
+    gate_tolerance: float = 0.05
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def validate_learner(cfg: DictConfig | dict) -> LearnerConfig:
+    merged = OmegaConf.merge(OmegaConf.structured(LearnerConfig), cfg)
+    learner: LearnerConfig = OmegaConf.to_object(merged)
+    if learner.name not in LEARNERS:
+        raise ValueError(f"learner={learner.name!r}: use one of {LEARNERS}")
+    if learner.min_pairs_per_update < 1 or learner.gate_tolerance < 0:
+        raise ValueError("learner.min_pairs_per_update must be >= 1 and gate_tolerance >= 0")
+    return learner
 
 
 def validate_loop(cfg: DictConfig | dict) -> LoopConfig:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spade_ray import stages
+from spade_ray import stages, training
 from spade_ray.records import RoundMetrics, Task, from_dict, to_dict
 
 
@@ -42,6 +42,8 @@ class RoundTally:
     sandbox_cpu_s: float = 0.0
     stage_s: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     new_tasks: list[Task] = dataclasses.field(default_factory=list)
+    round_pairs: list = dataclasses.field(default_factory=list)  # for the learner (DPO)
+    groups: list = dataclasses.field(default_factory=list)  # for the learner (GRPO)
 
 
 def run(ctx: stages.Context) -> list[RoundMetrics]:
@@ -53,6 +55,8 @@ def run(ctx: stages.Context) -> list[RoundMetrics]:
         if dropped:
             print(f"resume: discarded {dropped} rows of unfinished round {start}", flush=True)
     state = ctx.store.round_state(last) if last is not None else initial_state(ctx)
+    if ctx.trainer is not None:
+        ctx.trainer.resume(state)
     if last is not None:
         print(f"resume: rounds 0..{last} already completed in {ctx.run_dir}", flush=True)
         for metrics in ctx.store.round_metrics():  # a kill between the trace and the metrics
@@ -66,7 +70,7 @@ def run(ctx: stages.Context) -> list[RoundMetrics]:
 
 
 def initial_state(ctx: stages.Context) -> dict[str, Any]:
-    return {"archive": [], "replay_cursor": 0}
+    return {"archive": [], "replay_cursor": 0, "learner_checkpoint": None, "weights_version": 0}
 
 
 def run_round(ctx: stages.Context, index: int, state: dict[str, Any]
@@ -92,10 +96,28 @@ def run_round(ctx: stages.Context, index: int, state: dict[str, Any]
             stop.set()
     producer.join()
     _guarded(index, tally, stages.export_round, ctx, index)
+    outcome = _learn(ctx, tally, validation)
     new_archive = stages.update_archive(archive, tally.new_tasks, ctx.loop.archive_size)
     metrics = stages.round_metrics(ctx, index, tally, meters, validation,
-                                   time.monotonic() - started)
-    return metrics, {"archive": [to_dict(t) for t in new_archive], "replay_cursor": cursor}
+                                   time.monotonic() - started, outcome)
+    new_state = {"archive": [to_dict(t) for t in new_archive], "replay_cursor": cursor}
+    if ctx.trainer is not None:
+        new_state.update(ctx.trainer.state())
+    return metrics, new_state
+
+
+def _learn(ctx: stages.Context, tally: RoundTally, validation) -> training.LearnOutcome | None:
+    """The learn stage (skipped for collect-only rounds). Not guarded: a failing update must
+    stop the run before a round is marked complete with weights nobody checked."""
+    if ctx.trainer is None:
+        return None
+    started = time.monotonic()
+    items = tally.round_pairs if ctx.trainer.config.name == "dpo" else tally.groups
+    before = validation.pass_at_k[1] if validation is not None else None
+    outcome = training.learn(ctx.trainer, items, before,
+                             lambda: stages.validate_solver(ctx, tally))
+    tally.stage_s["learn"] += time.monotonic() - started
+    return outcome
 
 
 def _guarded(index: int, tally: RoundTally, stage, *args) -> bool:

@@ -253,6 +253,12 @@ class RoundMetrics:
     sandbox_cpu_s: float
     stage_s: tuple[tuple[str, float], ...]  # (stage, seconds)
     wall_s: float
+    # "none" (learner=none), "buffering" (fewer pairs than an update needs), "accepted", or
+    # "rejected" (the validation gate rolled the update back)
+    update: str = "none"
+    learner_step: int = 0
+    learner_loss: float | None = None
+    gate_pass_at_1: float | None = None  # validation pass@1 with the update's weights
 
     @property
     def valid_task_rate(self) -> float:

@@ -35,6 +35,7 @@ from spade_ray.tasks.validate import Verdict, validate_tasks
 from spade_ray.tracking.metrics import MetricsSink
 from spade_ray.tracking.schema import GeneratorInput, Versions
 from spade_ray.tracking.trace import TraceStore
+from spade_ray.training import group_for
 
 
 class CapReached(RuntimeError):
@@ -61,6 +62,7 @@ class Context:
     limits: Limits
     seeds: list[Task]
     validation_problems: list[humaneval.HumanEvalProblem]
+    trainer: Any = None  # training.Trainer, or None for collect-only rounds (learner=none)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,9 +227,15 @@ def solve_and_score(ctx: Context, index: int, tasks: list[Task], tally: Any,
             tally.new_task_passed += sum(s.passed for s in rated)
         pairs += build_pairs(task, prompt, [c for c, _ in mine], [s for _, s in mine],
                              task.generator_version, margin=ctx.loop.pair_margin)
+        usable = [(c, s) for c, s in mine if not needs_rerun(s)]
+        group = group_for(prompt, [c.code for c, _ in usable], [s.value for _, s in usable],
+                          task.task_id)
+        if group is not None:
+            tally.groups.append(group)
     ctx.store.record_pairs(index, pairs, v)
     append_jsonl(pairs_file(ctx, index), pairs)
     tally.pairs += len(pairs)
+    tally.round_pairs += pairs
 
 
 def pairs_file(ctx: Context, index: int) -> Path:
@@ -288,8 +296,12 @@ def update_archive(archive: list[Task], new: list[Task], size: int) -> list[Task
 
 
 def round_metrics(ctx: Context, index: int, tally: Any, meters: dict[str, TokenMeter],
-                  validation: humaneval.ValidationResult | None, wall_s: float) -> RoundMetrics:
+                  validation: humaneval.ValidationResult | None, wall_s: float,
+                  learned: Any = None) -> RoundMetrics:
     rates = tally.task_pass_rates
+    learner = {} if learned is None else {
+        "update": learned.update, "learner_step": learned.learner_step,
+        "learner_loss": learned.learner_loss, "gate_pass_at_1": learned.gate_pass_at_1}
     return RoundMetrics(
         run_id=ctx.run_id, round=index, generator_version=ctx.generator.weights_version,
         solver_version=ctx.solver.weights_version,
@@ -305,7 +317,7 @@ def round_metrics(ctx: Context, index: int, tally: Any, meters: dict[str, TokenM
         tokens_generator=meters["generator"].total, tokens_solver=meters["solver"].total,
         sandbox_cpu_s=round(tally.sandbox_cpu_s, 3),
         stage_s=tuple((k, round(v, 3)) for k, v in sorted(tally.stage_s.items())),
-        wall_s=round(wall_s, 3))
+        wall_s=round(wall_s, 3), **learner)
 
 
 def round_line(m: RoundMetrics) -> str:
@@ -315,4 +327,6 @@ def round_line(m: RoundMetrics) -> str:
             f"{m.tasks_valid}/{m.tasks_proposed} valid (rejected: {reasons}) | new-task pass "
             f"{m.new_task_pass_rate:.2f} | difficulty {m.mean_difficulty:.2f} | pairs {m.pairs}"
             f" | diversity {m.candidate_diversity:.2f} | tokens {m.tokens_generator}+"
-            f"{m.tokens_solver} | sandbox {m.sandbox_cpu_s:.1f} cpu-s | {m.wall_s:.0f} s")
+            f"{m.tokens_solver} | sandbox {m.sandbox_cpu_s:.1f} cpu-s | {m.wall_s:.0f} s"
+            + ("" if m.update == "none" else f" | update {m.update} (step {m.learner_step}"
+               + ("" if m.learner_loss is None else f", loss {m.learner_loss:.4f}") + ")"))

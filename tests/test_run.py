@@ -88,3 +88,14 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):
     per_round = dict(db.execute("SELECT round, COUNT(*) FROM candidates GROUP BY round"))
     assert len(set(per_round.values())) == 1  # every round has its full, single set of rows
     assert db.execute("SELECT COUNT(*) FROM rounds").fetchone()[0] == 3
+
+
+def test_dpo_rounds_start_a_learner_and_checkpoint_it(tmp_path):
+    out = subprocess.run(run_cmd(tmp_path, "learner=dpo", "loop.rounds=1"), capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_dir = tmp_path / "cpu_tiny"
+    metrics = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    # the random tiny model's candidates all score 0: no pairs, so the learner only buffers
+    assert metrics["update"] == "buffering" and metrics["learner_step"] == 0
+    assert (run_dir / "checkpoints" / "step_000000").is_dir()

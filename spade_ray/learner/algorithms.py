@@ -1,0 +1,169 @@
+"""Learner algorithms behind one seam: items -> token rows -> frozen reference terms -> loss.
+
+`Algorithm` is the seam (DESIGN.md, style 5): the learner encodes each item (a PreferencePair
+for DPO, a CompletionGroup for GRPO) into token rows, sorts a step's items by length and cuts
+them into micro-batches (less padding), computes each micro-batch's reference terms once with
+the frozen reference, then the loss with the policy. PPO with a critic would fit the same seam:
+`reference` would also return the critic's values and GAE advantages, `loss` add a value loss
+(its head's parameters trained alongside the policy's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from spade_ray.learner.logprobs import TokenBatch, collate, encode, split_program, token_logps
+from spade_ray.learner.losses import dpo_loss, group_advantages, grpo_loss
+from spade_ray.records import PreferencePair
+
+Forward = Callable[..., Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class CompletionGroup:
+    """GRPO's group: one prompt, K >= 2 sampled completions (the text after the prompt, as the
+    model wrote it) and their rewards. For candidate programs, `split_program` gives the split
+    DPO uses."""
+
+    prompt: str
+    completions: tuple[str, ...]
+    rewards: tuple[float, ...]
+    task_id: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.completions) != len(self.rewards):
+            raise ValueError(f"group {self.task_id!r}: {len(self.completions)} completions but "
+                             f"{len(self.rewards)} rewards")
+        if len(self.completions) < 2:
+            raise ValueError(f"group {self.task_id!r} has {len(self.completions)} completion(s); "
+                             "group-relative advantages need K >= 2")
+        if not all(math.isfinite(r) for r in self.rewards):
+            raise ValueError(f"group {self.task_id!r} has a non-finite reward: {self.rewards}")
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedItem:
+    """An item's token rows (prompt ids, completion ids) and one float per row (GRPO's
+    advantages; unused by DPO)."""
+
+    rows: tuple[tuple[list[int], list[int]], ...]
+    values: tuple[float, ...]
+
+    @property
+    def longest(self) -> int:
+        return max(len(p) + len(c) for p, c in self.rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class MicroBatch:
+    tokens: TokenBatch
+    values: Tensor  # [B]
+    items: int
+
+    def to(self, device: torch.device) -> MicroBatch:
+        t = self.tokens
+        return MicroBatch(TokenBatch(t.input_ids.to(device), t.attention_mask.to(device),
+                                     t.completion_mask.to(device)), self.values.to(device),
+                          self.items)
+
+
+class Algorithm(Protocol):
+    def encode(self, item: Any) -> EncodedItem: ...
+    def reference(self, model: Forward, batch: MicroBatch) -> Tensor: ...
+    def loss(self, model: Forward, batch: MicroBatch, reference: Tensor
+             ) -> tuple[Tensor, dict[str, float]]: ...
+
+
+def micro_batches(encoded: Sequence[EncodedItem], size: int, pad_token_id: int
+                  ) -> list[MicroBatch]:
+    """Items sorted by length and cut into micro-batches of `size` items (whole item rows stay
+    together: DPO's chosen+rejected, GRPO's K). The step's loss is a mean over equal-sized
+    micro-batches, so the order changes only padding, not the gradient."""
+    if len(encoded) % size:
+        raise ValueError(f"{len(encoded)} items do not split into micro-batches of {size}")
+    widths = sorted({len(item.rows) for item in encoded})
+    if len(widths) > 1:
+        raise ValueError(f"items of one step must have the same number of rows (GRPO: the same "
+                         f"K per group), got {widths}")
+    order = sorted(range(len(encoded)), key=lambda i: encoded[i].longest)
+    batches = []
+    for start in range(0, len(order), size):
+        chunk = [encoded[i] for i in order[start:start + size]]
+        # Row layout: the items' first rows, then their second rows, ...: for DPO all chosen,
+        # then all rejected; for GRPO item-major would do as well, this keeps one rule.
+        width = len(chunk[0].rows)
+        rows = [item.rows[k] for k in range(width) for item in chunk]
+        values = [item.values[k] for k in range(width) for item in chunk]
+        batches.append(MicroBatch(collate(rows, pad_token_id),
+                                  torch.tensor(values, dtype=torch.float32), len(chunk)))
+    return batches
+
+
+@dataclasses.dataclass(frozen=True)
+class DPO:
+    """DPO on PreferencePairs: summed completion log-probs (length-averaged for IPO, as TRL)."""
+
+    tokenizer: Any
+    max_length: int
+    beta: float = 0.1
+    label_smoothing: float = 0.0
+    loss_type: str = "sigmoid"
+
+    def encode(self, item: PreferencePair) -> EncodedItem:
+        rows = []
+        for program in (item.chosen, item.rejected):
+            context, completion = split_program(item.prompt, program)
+            rows.append(encode(self.tokenizer, context, completion, self.max_length))
+        return EncodedItem(tuple(rows), (0.0, 0.0))
+
+    def _logps(self, model: Forward, batch: MicroBatch) -> Tensor:
+        logps, mask = token_logps(model, batch.tokens)
+        total = logps.sum(dim=1)
+        if self.loss_type == "ipo":
+            return total / mask.sum(dim=1).clamp(min=1)
+        return total
+
+    def reference(self, model: Forward, batch: MicroBatch) -> Tensor:
+        return self._logps(model, batch).detach()
+
+    def loss(self, model: Forward, batch: MicroBatch, reference: Tensor
+             ) -> tuple[Tensor, dict[str, float]]:
+        logps = self._logps(model, batch)
+        n = batch.items
+        return dpo_loss(logps[:n], logps[n:], reference[:n], reference[n:], self.beta,
+                        self.label_smoothing, self.loss_type)
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPO:
+    """GRPO on CompletionGroups, one optimizer step per batch of fresh samples: the sampling
+    policy is the current one, so old log-probs are the policy's own, detached (ratio 1 with a
+    non-zero gradient; TRL's num_iterations=1). Several steps on one batch would need the log-
+    probs from before the first of them, computed once like the reference's."""
+
+    tokenizer: Any
+    max_length: int
+    clip_eps: float = 0.2
+    kl_coef: float = 0.04
+
+    def encode(self, item: CompletionGroup) -> EncodedItem:
+        rows = tuple(encode(self.tokenizer, item.prompt, c, self.max_length)
+                     for c in item.completions)
+        advantages = group_advantages(torch.tensor([item.rewards], dtype=torch.float64))[0]
+        return EncodedItem(rows, tuple(float(a) for a in advantages))
+
+    def reference(self, model: Forward, batch: MicroBatch) -> Tensor:
+        logps, _ = token_logps(model, batch.tokens)
+        return logps.detach()
+
+    def loss(self, model: Forward, batch: MicroBatch, reference: Tensor
+             ) -> tuple[Tensor, dict[str, float]]:
+        logps, mask = token_logps(model, batch.tokens)
+        return grpo_loss(logps, logps.detach(), reference, batch.values, mask, self.clip_eps,
+                         self.kl_coef)

@@ -1,0 +1,218 @@
+"""The learner: a policy (LoRA by default), its frozen reference, an engine, a buffer of items.
+
+An update call adds items (PreferencePairs for DPO, CompletionGroups for GRPO) to the buffer.
+Once the buffer holds at least max(min_pairs_per_update, micro_batch_size * grad_accum) items,
+it runs as many whole optimizer steps as the buffer allows, each on micro_batch_size * grad_accum
+items (the oldest first), and keeps the remainder for the next call; otherwise it returns None.
+Each optimizer step computes the reference terms of all its micro-batches first (no grad), then
+one forward + backward per micro-batch. The reported loss of a step is the mean of its micro-
+batch losses before the step's update.
+
+Weights leave through `policy_state_dict()` (merged, plain HF names: what the rollout engines
+load); `save_checkpoint` / `load_checkpoint` hold everything a killed run needs to continue as
+if it had not been killed (layout in checkpoint.py).
+Non-goals: sampling (the rollout stage's), choosing which pairs to train on (the preferences
+stage's), more than one rank (see engines.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from spade_ray.learner.algorithms import DPO, GRPO, Algorithm, CompletionGroup, micro_batches
+from spade_ray.learner.checkpoint import (
+    atomic_directory,
+    read_meta,
+    rng_state,
+    set_rng_state,
+    write_meta,
+)
+from spade_ray.learner.engines import DeepSpeedEngine, TorchEngine, TrainEngine, bf16_supported
+from spade_ray.learner.engines import deepspeed_config as ds_config
+from spade_ray.learner.logprobs import pad_id
+from spade_ray.learner.weights import (
+    is_lora,
+    load_policy,
+    merged_state_dict,
+    reference_mode,
+    trainable_parameters,
+)
+from spade_ray.records import PreferencePair, from_dict, to_dict
+
+ALGORITHMS = ("dpo", "grpo")
+
+
+class Learner:
+    def __init__(self, model_path: str, algorithm: str = "dpo", lora_rank: int = 16,
+                 lora_alpha: int | None = None, lr: float = 5e-5, beta: float = 0.1,
+                 label_smoothing: float = 0.0, dpo_loss_type: str = "sigmoid",
+                 clip_eps: float = 0.2, kl_coef: float = 0.04, weight_decay: float = 0.0,
+                 warmup_steps: int = 0, max_grad_norm: float = 1.0,
+                 deepspeed_config: str | None = None, bf16: bool | None = None,
+                 min_pairs_per_update: int = 8, micro_batch_size: int = 2, grad_accum: int = 1,
+                 max_length: int = 1024, seed: int = 0) -> None:
+        """`lora_rank` 0 = full fine-tuning; `bf16` None = where the hardware supports it;
+        `deepspeed_config` None = the plain torch engine; GRPO counts `min_pairs_per_update`
+        and `micro_batch_size` in groups."""
+        _check_args(algorithm, lr, min_pairs_per_update, micro_batch_size, grad_accum)
+        from transformers import AutoTokenizer
+
+        self.algorithm_name = algorithm
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.algorithm: Algorithm = (
+            DPO(self.tokenizer, max_length, beta, label_smoothing, dpo_loss_type)
+            if algorithm == "dpo" else GRPO(self.tokenizer, max_length, clip_eps, kl_coef))
+        self.micro_batch_size = micro_batch_size
+        self.items_per_step = micro_batch_size * grad_accum
+        self.min_items = max(min_pairs_per_update, self.items_per_step)
+        self.identity = {"algorithm": algorithm, "lora_rank": lora_rank,
+                         "lora_alpha": lora_alpha, "engine": "deepspeed" if deepspeed_config
+                         else "torch"}
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.bf16 = bf16_supported(device) if bf16 is None else bf16
+        policy, self.reference = load_policy(model_path, lora_rank, lora_alpha, seed, self.bf16)
+        params = trainable_parameters(policy)
+        self.engine: TrainEngine
+        if deepspeed_config:
+            config = ds_config(deepspeed_config, lr=lr, weight_decay=weight_decay,
+                               max_grad_norm=max_grad_norm, micro_batch_size=micro_batch_size,
+                               grad_accum=grad_accum, bf16=self.bf16)
+            self.engine = DeepSpeedEngine(policy, params, config, warmup_steps,
+                                          frozen_excluded=lora_rank > 0)
+        else:
+            self.engine = TorchEngine(policy, params, lr, weight_decay, warmup_steps,
+                                      max_grad_norm, grad_accum, self.bf16)
+        if self.reference is not None:
+            # Same dtype as the policy's compute (DeepSpeed casts the policy to bf16 itself).
+            dtype = next(self.engine.module.parameters()).dtype
+            self.reference.to(device=self.engine.device, dtype=dtype)
+        self.step = 0
+        self._buffer: list[Any] = []
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def dpo_update(self, pairs: Sequence[PreferencePair]) -> dict[str, float] | None:
+        """Buffer `pairs`; train when enough are buffered (module docstring). Stats or None."""
+        return self._update(pairs, "dpo", PreferencePair)
+
+    def grpo_update(self, groups: Sequence[CompletionGroup]) -> dict[str, float] | None:
+        return self._update(groups, "grpo", CompletionGroup)
+
+    def _update(self, items: Sequence[Any], algorithm: str, kind: type) -> dict[str, float] | None:
+        if algorithm != self.algorithm_name:
+            raise ValueError(f"this learner was built for {self.algorithm_name!r}; "
+                             f"{algorithm}_update needs Learner(algorithm={algorithm!r})")
+        bad = [type(i).__name__ for i in items if not isinstance(i, kind)]
+        if bad:
+            raise TypeError(f"{algorithm}_update takes {kind.__name__} items, got {bad[:3]}")
+        self._buffer.extend(items)
+        if len(self._buffer) < self.min_items:
+            return None
+        start = time.perf_counter()
+        steps = len(self._buffer) // self.items_per_step
+        history = []
+        for _ in range(steps):
+            batch, self._buffer = (self._buffer[:self.items_per_step],
+                                   self._buffer[self.items_per_step:])
+            history.append(self._optimizer_step(batch))
+        stats = {k: sum(h[k] for h in history) / len(history) for k in history[0]}
+        stats.update(step=self.step, steps=steps, items=steps * self.items_per_step,
+                     buffered=len(self._buffer), lr=history[-1]["lr"],
+                     wall_s=time.perf_counter() - start)
+        return stats
+
+    def _optimizer_step(self, items: list[Any]) -> dict[str, float]:
+        encoded = [self.algorithm.encode(item) for item in items]
+        batches = [b.to(self.engine.device) for b in
+                   micro_batches(encoded, self.micro_batch_size, pad_id(self.tokenizer))]
+        lr = self.engine.lr()
+        with self.engine.compute(), reference_mode(self.engine.module, self.reference) as ref:
+            references = [self.algorithm.reference(ref, b) for b in batches]
+        totals: dict[str, float] = {}
+        grad_norm = None
+        for i, (batch, reference) in enumerate(zip(batches, references)):
+            with self.engine.compute():
+                loss, stats = self.algorithm.loss(self.engine.forward, batch, reference)
+            grad_norm = self.engine.micro_step(loss, boundary=i == len(batches) - 1)
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0.0) + v / len(batches)
+        self.step += 1
+        return {**totals, "lr": lr, "grad_norm": float("nan") if grad_norm is None
+                else grad_norm}
+
+    def policy_state_dict(self) -> dict[str, torch.Tensor]:
+        """Merged weights under plain HF names (LoRA folded in; the adapters are untouched)."""
+        return merged_state_dict(self.engine.module)
+
+    def save_checkpoint(self, directory: str | Path, merged: bool = False) -> Path:
+        """Write a checkpoint atomically (checkpoint.py's layout); `merged` adds merged/."""
+        directory = Path(directory)
+        with atomic_directory(directory) as tmp:
+            self.engine.module.save_pretrained(tmp / "policy")
+            self.engine.save(tmp)
+            torch.save(rng_state(), tmp / "rng.pt")
+            write_meta(tmp, {**self.identity, "step": self.step,
+                             "buffer": [_item_to_dict(i) for i in self._buffer]})
+            if merged:
+                self._save_merged(tmp / "merged")
+        return directory
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        """Restore weights, optimizer, scheduler, step, buffer and RNG from `directory`."""
+        directory = Path(directory)
+        meta = read_meta(directory, self.identity)
+        self.engine.load(directory)
+        set_rng_state(torch.load(directory / "rng.pt", weights_only=False))
+        self.step = int(meta["step"])
+        self._buffer = [_item_from_dict(d) for d in meta["buffer"]]
+
+    def _save_merged(self, directory: Path) -> None:
+        from safetensors.torch import save_file
+
+        directory.mkdir()
+        state = self.policy_state_dict()
+        seen: set[int] = set()
+        unique = {}
+        for key, tensor in state.items():  # safetensors refuses shared tensors: HF re-ties them
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                unique[key] = tensor.contiguous()
+        save_file(unique, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        base = self.engine.module.get_base_model() if is_lora(self.engine.module) \
+            else self.engine.module
+        base.config.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+
+
+def _check_args(algorithm: str, lr: float, min_pairs: int, micro_batch_size: int,
+                grad_accum: int) -> None:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown learner algorithm {algorithm!r}: choose one of {ALGORITHMS}")
+    if lr <= 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    for name, value in (("min_pairs_per_update", min_pairs),
+                        ("micro_batch_size", micro_batch_size), ("grad_accum", grad_accum)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _item_to_dict(item: Any) -> dict[str, Any]:
+    if isinstance(item, PreferencePair):
+        return {"pair": to_dict(item)}
+    return {"group": dataclasses.asdict(item)}
+
+
+def _item_from_dict(data: dict[str, Any]) -> Any:
+    if "pair" in data:
+        return from_dict(PreferencePair, data["pair"])
+    group = data["group"]
+    return CompletionGroup(group["prompt"], tuple(group["completions"]),
+                           tuple(group["rewards"]), group["task_id"])

@@ -1,0 +1,137 @@
+"""The learn stage of a round (wiring layer): pairs or groups in, a gated weight update out.
+
+After a round's pairs are built: the learner buffers them and, once it holds enough, updates
+the policy; the merged weights go to the rollout engines (one object-store copy on CPU) under
+the next version; the fixed validation subset is re-run with them, and an update that lowers
+pass@1 by more than the tolerance is rejected: the engines get the previous weights back (under
+a newer version: versions only increase) and the learner is restored from its last accepted
+checkpoint. Accepted updates are checkpointed (learner state + the version), which is what a
+resumed run restores.
+
+GPU clusters: the same flow; `RoleEngines.update_weights` is the seam where an NCCL broadcast
+into vLLM engines replaces the object-store copy (see rollout/vllm_backend.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from spade_ray.config import LearnerConfig
+from spade_ray.learner.actor import LearnerActor
+from spade_ray.learner.algorithms import CompletionGroup
+from spade_ray.records import PreferencePair
+from spade_ray.rollout.actor import RoleEngines
+
+CONF_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass
+class Trainer:
+    """The learner actor and what the loop needs to gate, roll back and resume updates."""
+
+    config: LearnerConfig
+    actor: Any  # LearnerActor handle
+    engines: list[RoleEngines]  # every distinct set of engines serving the policy
+    checkpoints: Path
+    served: ray.ObjectRef  # the weights the engines serve now (merged, HF names)
+    accepted_checkpoint: str
+    version: int = 0  # weights version the engines serve
+
+    @classmethod
+    def start(cls, config: LearnerConfig, model_path: str, engines: list[RoleEngines],
+              run_dir: Path) -> Trainer:
+        kwargs = dict(config.kwargs, min_pairs_per_update=config.min_pairs_per_update,
+                      algorithm=config.name)
+        if kwargs.get("deepspeed_config"):
+            kwargs["deepspeed_config"] = str(CONF_ROOT / kwargs["deepspeed_config"])
+        actor = LearnerActor.options(num_cpus=config.cpus, num_gpus=config.gpus).remote(
+            model_path, kwargs)
+        checkpoints = run_dir / "checkpoints"
+        # Step 0 is the first accepted state: a rejected first update rolls back to it.
+        base = ray.get(actor.save_checkpoint.remote(str(checkpoints / "step_000000")))
+        return cls(config, actor, engines, checkpoints, actor.policy_state_dict.remote(), base)
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Back to the last accepted update of a resumed run: learner state and engine weights."""
+        if state.get("learner_checkpoint"):
+            self.accepted_checkpoint = state["learner_checkpoint"]
+            ray.get(self.actor.load_checkpoint.remote(self.accepted_checkpoint))
+            self.version = state["weights_version"]
+            if self.version:
+                self.served = self.actor.policy_state_dict.remote()
+                self._publish(self.served, self.version)
+
+    def state(self) -> dict[str, Any]:
+        return {"learner_checkpoint": self.accepted_checkpoint, "weights_version": self.version}
+
+    def update(self, items: list[PreferencePair] | list[CompletionGroup]) -> dict[str, Any] | None:
+        """Feed the round's items; the learner's stats if it updated, else None."""
+        method = self.actor.dpo_update if self.config.name == "dpo" else self.actor.grpo_update
+        return ray.get(method.remote(items))
+
+    def publish_update(self) -> ray.ObjectRef:
+        """Send the updated policy to the engines; returns the previous weights (for rollback)."""
+        previous, self.served = self.served, self.actor.policy_state_dict.remote()
+        self.version += 1
+        self._publish(self.served, self.version)
+        return previous
+
+    def accept(self) -> None:
+        step = ray.get(self.actor.step.remote())
+        self.accepted_checkpoint = ray.get(
+            self.actor.save_checkpoint.remote(str(self.checkpoints / f"step_{step:06d}")))
+
+    def reject(self, previous: ray.ObjectRef) -> None:
+        ray.get(self.actor.load_checkpoint.remote(self.accepted_checkpoint))
+        self.served = previous
+        self.version += 1  # the old weights under a new version: versions only increase
+        self._publish(previous, self.version)
+
+    def _publish(self, weights: ray.ObjectRef, version: int) -> None:
+        for engines in self.engines:
+            engines.update_weights(weights, version)
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnOutcome:
+    update: str  # "buffering" | "accepted" | "rejected"
+    learner_step: int
+    learner_loss: float | None = None
+    gate_pass_at_1: float | None = None
+
+
+def learn(trainer: Trainer, items: list, before_pass_at_1: float | None, validate
+          ) -> LearnOutcome:
+    """Feed the round's pairs (DPO) or groups (GRPO); gate and publish an update if one ran.
+    `validate()` re-runs the fixed validation subset on the engines' current weights."""
+    stats = trainer.update(items)
+    if stats is None:
+        return LearnOutcome("buffering", ray.get(trainer.actor.step.remote()))
+    previous = trainer.publish_update()
+    gate = validate()
+    gate_pass = gate.pass_at_k[1] if gate is not None else None
+    if (gate_pass is not None and before_pass_at_1 is not None
+            and gate_pass < before_pass_at_1 - trainer.config.gate_tolerance):
+        trainer.reject(previous)
+        verdict = "rejected"
+    else:
+        trainer.accept()
+        verdict = "accepted"
+    return LearnOutcome(verdict, ray.get(trainer.actor.step.remote()), stats.get("loss"),
+                        gate_pass)
+
+
+def group_for(prompt: str, programs: list[str], rewards: list[float], task_id: str
+              ) -> CompletionGroup | None:
+    """A GRPO group from a task's scored candidates (None when fewer than two)."""
+    from spade_ray.learner.logprobs import split_program
+
+    if len(programs) < 2:
+        return None
+    context, _ = split_program(prompt, programs[0])
+    return CompletionGroup(prompt=context, completions=tuple(programs),
+                           rewards=tuple(rewards), task_id=task_id)

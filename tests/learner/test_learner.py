@@ -1,0 +1,97 @@
+"""The learner on the real tiny model, plain torch engine (DeepSpeed: test_deepspeed.py)."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from spade_ray.learner import CompletionGroup, Learner
+from tests.learner.conftest import FAST
+
+STEPS = 4
+
+
+def dpo_run(tiny_model, pairs, steps=STEPS, **overrides):
+    learner = Learner(tiny_model, **{**FAST, **overrides})
+    return learner, [learner.dpo_update(pairs) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("lora_rank, bf16", [(4, False), (0, False), (4, True)],
+                         ids=["lora", "full", "lora-bf16"])
+def test_dpo_steps_raise_the_margin_and_lower_the_loss(tiny_model, pairs, lora_rank, bf16):
+    _, history = dpo_run(tiny_model, pairs, lora_rank=lora_rank, bf16=bf16)
+    # Each step reports the loss before its update; step 1 starts at policy == reference.
+    assert history[0]["loss"] == pytest.approx(0.6931, abs=1e-4)
+    assert history[-1]["loss"] < history[0]["loss"] - 0.05
+    assert history[-1]["logratio_margin"] > history[0]["logratio_margin"] + 0.5
+
+
+def test_updates_wait_for_min_pairs_and_keep_the_remainder(tiny_model, pairs):
+    learner = Learner(tiny_model, **{**FAST, "min_pairs_per_update": 6})
+    assert learner.dpo_update(pairs[:3]) is None
+    assert learner.dpo_update(pairs[:2]) is None and learner.step == 0
+    stats = learner.dpo_update(pairs[:3])  # 8 buffered: two steps of 4 pairs
+    assert (stats["steps"], stats["items"], stats["buffered"], learner.step) == (2, 8, 0, 2)
+    assert learner.dpo_update(pairs[:3]) is None and learner.buffered == 3
+
+
+def test_merged_weights_load_into_the_base_architecture_and_change_its_output(tiny_model,
+                                                                               pairs):
+    learner, _ = dpo_run(tiny_model, pairs, steps=6, lr=3e-2)
+    adapters = {k: v.clone() for k, v in learner.engine.module.state_dict().items()
+                if "lora_" in k}
+    state = learner.policy_state_dict()
+    assert all(torch.equal(v, learner.engine.module.state_dict()[k])
+               for k, v in adapters.items())  # merging left the training adapters alone
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    tuned = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    tuned.load_state_dict(state, strict=True)
+    ids = tokenizer(pairs[0].prompt[:-len("def add0(x):\n")], return_tensors="pt")["input_ids"]
+    generate = dict(max_new_tokens=24, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        assert not torch.equal(tuned.generate(ids, **generate), base.generate(ids, **generate))
+        assert torch.allclose(tuned(ids).logits, learner.engine.module(input_ids=ids).logits,
+                              atol=1e-4)  # the merge is the policy, not an approximation
+
+
+def test_a_merged_checkpoint_is_a_loadable_model_directory(tiny_model, pairs, tmp_path):
+    learner, _ = dpo_run(tiny_model, pairs, steps=1)
+    learner.save_checkpoint(tmp_path / "ckpt", merged=True)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "merged",
+                                                  dtype=torch.float32).state_dict()
+    expected = learner.policy_state_dict()
+    assert loaded.keys() == expected.keys()
+    assert all(torch.equal(loaded[k], expected[k]) for k in expected)
+
+
+def test_resume_gives_the_same_next_step_loss(tiny_model, pairs, tmp_path):
+    # Uninterrupted: three updates. Interrupted: two, a checkpoint, a fresh learner, one more.
+    # A pair left in the buffer must survive the checkpoint too.
+    _, straight = dpo_run(tiny_model, pairs + pairs[:1], steps=3, warmup_steps=3)
+    first, _ = dpo_run(tiny_model, pairs + pairs[:1], steps=2, warmup_steps=3)
+    first.save_checkpoint(tmp_path / "ckpt")
+    resumed = Learner(tiny_model, **{**FAST, "warmup_steps": 3})
+    resumed.load_checkpoint(tmp_path / "ckpt")
+    assert (resumed.step, resumed.buffered) == (2, 2)
+    after = resumed.dpo_update(pairs + pairs[:1])
+    assert after["step"] == straight[-1]["step"] == 3
+    assert torch.allclose(torch.tensor(after["loss"]), torch.tensor(straight[-1]["loss"]))
+    assert after["lr"] == straight[-1]["lr"]
+
+
+def test_a_checkpoint_of_another_setup_is_refused(tiny_model, pairs, tmp_path):
+    learner, _ = dpo_run(tiny_model, pairs, steps=1)
+    learner.save_checkpoint(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="lora_rank"):
+        Learner(tiny_model, **{**FAST, "lora_rank": 8}).load_checkpoint(tmp_path / "ckpt")
+
+
+def test_grpo_update_runs_and_moves_the_policy(tiny_model):
+    groups = [CompletionGroup(f"Add {i} to x:\n", ("return x + 1", "return x", "pass"),
+                              (1.0, 0.5, 0.0), f"t{i}") for i in range(4)]
+    learner = Learner(tiny_model, **{**FAST, "algorithm": "grpo"})
+    before = learner.policy_state_dict()
+    stats = learner.grpo_update(groups)
+    after = learner.policy_state_dict()
+    assert stats["step"] == 1 and stats["ratio_mean"] == pytest.approx(1.0)
+    assert any(not torch.equal(before[k], after[k]) for k in before)

@@ -1,0 +1,48 @@
+"""What is scored and how: the program/prompt split, and batched log-probs that do not depend on
+padding or on skipping the prompt's logits."""
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from spade_ray.learner.logprobs import collate, encode, sequence_logps, split_program
+
+
+def test_the_signature_moves_from_the_prompt_to_the_completion():
+    prompt = "### Solution\ndef f(x):\n"
+    context, completion = split_program(prompt, "def f(x):\n    return x\n")
+    assert context == "### Solution\n"
+    assert completion == "def f(x):\n    return x\n"
+
+
+def test_a_program_that_does_not_continue_the_prompt_is_scored_whole():
+    prompt = "Write f.\n"
+    assert split_program(prompt, "def f(x):\n    return x\n") == (prompt,
+                                                                  "def f(x):\n    return x\n")
+
+
+def _naive_logp(model, prompt_ids, completion_ids):
+    ids = torch.tensor([prompt_ids + completion_ids])
+    logps = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+    return sum(logps[len(prompt_ids) + t - 1, tok].item() for t, tok in
+               enumerate(completion_ids))
+
+
+def test_batched_logps_equal_one_sequence_at_a_time(tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    rows = [encode(tokenizer, p, c, 64) for p, c in
+            [("a long prompt here\n", "x = 1\n"), ("p\n", "return a very long completion\n"),
+             ("mid prompt\n", "")]]
+    total, counts = sequence_logps(model, collate(rows, pad_token_id=0))
+    expected = [_naive_logp(model, p, c) for p, c in rows]
+    assert torch.allclose(total, torch.tensor(expected), atol=1e-4)
+    assert counts.tolist() == [len(c) for _, c in rows]
+
+
+def test_truncation_keeps_the_prompt_end_and_the_completion_start(tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    prompt_ids, completion_ids = encode(tokenizer, "abcdef", "uvwxyz", 8)
+    assert tokenizer.decode(prompt_ids) == "ef"
+    assert tokenizer.decode(completion_ids) == "uvwxyz"
+    prompt_ids, completion_ids = encode(tokenizer, "abcdef", "uvwxyz", 4)
+    assert (tokenizer.decode(prompt_ids), tokenizer.decode(completion_ids)) == ("f", "uvw")

@@ -1,0 +1,85 @@
+"""The learn stage with a real learner actor and real engines (tiny model): publish, gate,
+roll back, resume. The validation figure is injected so the gate's two paths are exact."""
+
+import dataclasses
+
+import pytest
+import ray
+
+from spade_ray.cluster import Cluster, RoleSpec
+from spade_ray.config import LearnerConfig
+from spade_ray.evaluation.humaneval import ValidationResult
+from spade_ray.records import PreferencePair, SamplingParams
+from spade_ray.training import Trainer, learn
+
+GREEDY = SamplingParams(temperature=0, max_tokens=8)
+
+
+def pairs(n):
+    return [PreferencePair(task_id=f"t{i}", prompt="def add(a, b):",
+                           chosen="def add(a, b):\n    return a + b\n",
+                           rejected="def add(a, b):\n    return None\n",
+                           chosen_candidate_id=f"t{i}/c", rejected_candidate_id=f"t{i}/r",
+                           chosen_score=1.0, rejected_score=0.0, solver_version=0,
+                           generator_version=-1) for i in range(n)]
+
+
+def scored(pass_at_1):
+    return lambda: ValidationResult(pass_at_k={1: pass_at_1}, problems=4, samples_per_problem=1,
+                                    passed_per_problem={}, syntax_errors=0, generate_s=0.0,
+                                    check_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_model, tmp_path_factory):
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    spec = RoleSpec("solver", "hf", tiny_model, cpus_per_engine=0.5,
+                    backend_kwargs=(("dtype", "float32"),))
+    config = LearnerConfig(name="dpo", cpus=1, min_pairs_per_update=2, gate_tolerance=0.05,
+                           kwargs={"lora_rank": 4, "lr": 0.05, "micro_batch_size": 2})
+    try:
+        with Cluster([spec]) as cluster:
+            trainer = Trainer.start(config, tiny_model, cluster.engines,
+                                    tmp_path_factory.mktemp("run"))
+            yield trainer, cluster["solver"]
+    finally:
+        ray.shutdown()
+
+
+def test_too_few_pairs_only_buffer(setup):
+    trainer, _ = setup
+    assert learn(trainer, pairs(1), 0.5, scored(0.5)).update == "buffering"
+    assert trainer.version == 0
+
+
+def test_accepted_update_reaches_the_engines_with_a_new_version(setup):
+    trainer, solver = setup
+    before = solver.generate(["def add(a, b):"], GREEDY).completions[0][0]
+    outcome = learn(trainer, pairs(2), 0.5, scored(0.5))
+    after = solver.generate(["def add(a, b):"], GREEDY).completions[0][0]
+    assert outcome.update == "accepted" and outcome.learner_step >= 1
+    assert after.weights_version == trainer.version == 1 > before.weights_version
+    assert after.text != before.text
+
+
+def test_harmful_update_is_rolled_back(setup):
+    trainer, solver = setup
+    served = solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text
+    outcome = learn(trainer, pairs(2), 0.5, scored(0.1))  # the gate sees a drop of 0.4
+    restored = solver.generate(["def add(a, b):"], GREEDY).completions[0][0]
+    assert outcome.update == "rejected"
+    assert restored.text == served  # the previous weights, under a newer version
+    assert restored.weights_version == trainer.version == 3
+
+
+def test_resume_restores_the_last_accepted_state(setup, tiny_model):
+    trainer, solver = setup
+    served = solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text
+    spec = RoleSpec("solver", "hf", tiny_model, cpus_per_engine=0.5,
+                    backend_kwargs=(("dtype", "float32"),))
+    with Cluster([spec]) as restarted:  # fresh engines, as after a restart: base weights
+        fresh = dataclasses.replace(trainer, engines=restarted.engines, version=0)
+        fresh.resume(trainer.state())
+        again = restarted["solver"].generate(["def add(a, b):"], GREEDY).completions[0][0]
+    assert fresh.version == trainer.version
+    assert again.text == served and again.weights_version == trainer.version
