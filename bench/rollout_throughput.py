@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import statistics
 import sys
 import time
 
@@ -25,12 +26,18 @@ PROMPT = 'def is_palindrome(s: str) -> bool:\n    """True if s reads the same ba
 BATCHES = (1, 4, 16)
 
 
+REPEATS = 3  # the median of 3: single short runs on a shared 2-core machine vary by +-20%
+
+
 def tokens_per_s(generate, batch: int, sampling: SamplingParams) -> float:
     generate([PROMPT], sampling)  # warm-up: first-call allocations, lazy init
-    start = time.perf_counter()
-    out = generate([PROMPT] * batch, sampling)
-    elapsed = time.perf_counter() - start
-    return sum(c.completion_tokens for group in out for c in group) / elapsed
+    rates = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        out = generate([PROMPT] * batch, sampling)
+        elapsed = time.perf_counter() - start
+        rates.append(sum(c.completion_tokens for group in out for c in group) / elapsed)
+    return statistics.median(rates)
 
 
 def measure(backend: str, model: str, sampling: SamplingParams, kwargs: dict) -> list[tuple]:
