@@ -19,7 +19,6 @@ import queue
 import random
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from spade_ray import stages, training
@@ -151,9 +150,3 @@ def _produce(ctx, index, archive, rng, meters, chunks, stop, started) -> None:
                 chunks.put(stages.GeneratedChunk.failed(topics[start:start + size], e))
     finally:
         chunks.put(None)
-
-
-def run_dir_for(root: str | Path, name: str) -> Path:
-    path = Path(root) / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path

@@ -161,9 +161,9 @@ def record_generated(ctx: Context, index: int, chunk: GeneratedChunk, tally: Any
         print(f"round {index}: generation failed for {chunk.topics}: {chunk.error}", flush=True)
         return
     v = versions(ctx)
-    offset = ctx.store.count("generator_inputs", round=index)
-    for i, item in enumerate(chunk.inputs):
-        ctx.store.record_generator_input(index, dataclasses.replace(item, index=offset + i), v)
+    # The round's inputs recorded so far: a killed round's rows were discarded before it re-ran.
+    for i, item in enumerate(chunk.inputs, start=tally.proposed):
+        ctx.store.record_generator_input(index, dataclasses.replace(item, index=i), v)
     for verdict in chunk.verdicts:
         ctx.store.record_task(index, verdict.task, verdict.valid, verdict.reason, v)
     tally.stage_s["generate"] += chunk.generate_s
