@@ -12,17 +12,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from spade_ray.learner.logprobs import TokenBatch, collate, encode, split_program, token_logps
+from spade_ray.learner.logprobs import (
+    CausalLM,
+    TokenBatch,
+    collate,
+    encode,
+    split_program,
+    token_logps,
+)
 from spade_ray.learner.losses import dpo_loss, group_advantages, grpo_loss
 from spade_ray.records import PreferencePair
 
-Forward = Callable[..., Any]
+Model = nn.Module | CausalLM  # what token_logps scores with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +82,8 @@ class MicroBatch:
 
 class Algorithm(Protocol):
     def encode(self, item: Any) -> EncodedItem: ...
-    def reference(self, model: Forward, batch: MicroBatch) -> Tensor: ...
-    def loss(self, model: Forward, batch: MicroBatch, reference: Tensor
+    def reference(self, model: Model, batch: MicroBatch) -> Tensor: ...
+    def loss(self, model: Model, batch: MicroBatch, reference: Tensor
              ) -> tuple[Tensor, dict[str, float]]: ...
 
 
@@ -122,17 +129,17 @@ class DPO:
             rows.append(encode(self.tokenizer, context, completion, self.max_length))
         return EncodedItem(tuple(rows), (0.0, 0.0))
 
-    def _logps(self, model: Forward, batch: MicroBatch) -> Tensor:
+    def _logps(self, model: Model, batch: MicroBatch) -> Tensor:
         logps, mask = token_logps(model, batch.tokens)
         total = logps.sum(dim=1)
         if self.loss_type == "ipo":
             return total / mask.sum(dim=1).clamp(min=1)
         return total
 
-    def reference(self, model: Forward, batch: MicroBatch) -> Tensor:
+    def reference(self, model: Model, batch: MicroBatch) -> Tensor:
         return self._logps(model, batch).detach()
 
-    def loss(self, model: Forward, batch: MicroBatch, reference: Tensor
+    def loss(self, model: Model, batch: MicroBatch, reference: Tensor
              ) -> tuple[Tensor, dict[str, float]]:
         logps = self._logps(model, batch)
         n = batch.items
@@ -158,11 +165,11 @@ class GRPO:
         advantages = group_advantages(torch.tensor([item.rewards], dtype=torch.float64))[0]
         return EncodedItem(rows, tuple(float(a) for a in advantages))
 
-    def reference(self, model: Forward, batch: MicroBatch) -> Tensor:
+    def reference(self, model: Model, batch: MicroBatch) -> Tensor:
         logps, _ = token_logps(model, batch.tokens)
         return logps.detach()
 
-    def loss(self, model: Forward, batch: MicroBatch, reference: Tensor
+    def loss(self, model: Model, batch: MicroBatch, reference: Tensor
              ) -> tuple[Tensor, dict[str, float]]:
         logps, mask = token_logps(model, batch.tokens)
         return grpo_loss(logps, logps.detach(), reference, batch.values, mask, self.clip_eps,

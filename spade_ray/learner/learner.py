@@ -35,7 +35,7 @@ from spade_ray.learner.checkpoint import (
 )
 from spade_ray.learner.engines import DeepSpeedEngine, TorchEngine, TrainEngine, bf16_supported
 from spade_ray.learner.engines import deepspeed_config as ds_config
-from spade_ray.learner.logprobs import pad_id
+from spade_ray.learner.logprobs import CausalLM, pad_id
 from spade_ray.learner.weights import (
     is_lora,
     load_policy,
@@ -56,7 +56,8 @@ class Learner:
                  warmup_steps: int = 0, max_grad_norm: float = 1.0,
                  deepspeed_config: str | None = None, bf16: bool | None = None,
                  min_pairs_per_update: int = 8, micro_batch_size: int = 2, grad_accum: int = 1,
-                 max_length: int = 1024, seed: int = 0) -> None:
+                 max_length: int = 1024, activation_checkpointing: bool = False,
+                 seed: int = 0) -> None:
         """`lora_rank` 0 = full fine-tuning; `bf16` None = where the hardware supports it;
         `deepspeed_config` None = the plain torch engine; GRPO counts `min_pairs_per_update`
         and `micro_batch_size` in groups."""
@@ -76,7 +77,8 @@ class Learner:
                          else "torch"}
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.bf16 = bf16_supported(device) if bf16 is None else bf16
-        policy, self.reference = load_policy(model_path, lora_rank, lora_alpha, seed, self.bf16)
+        policy, self.reference = load_policy(model_path, lora_rank, lora_alpha, seed, self.bf16,
+                                              activation_checkpointing)
         params = trainable_parameters(policy)
         self.engine: TrainEngine
         if deepspeed_config:
@@ -92,6 +94,7 @@ class Learner:
             # Same dtype as the policy's compute (DeepSpeed casts the policy to bf16 itself).
             dtype = next(self.engine.module.parameters()).dtype
             self.reference.to(device=self.engine.device, dtype=dtype)
+        self.policy = CausalLM(self.engine.module, self.engine.forward)
         self.step = 0
         self._buffer: list[Any] = []
 
@@ -140,7 +143,7 @@ class Learner:
         grad_norm = None
         for i, (batch, reference) in enumerate(zip(batches, references)):
             with self.engine.compute():
-                loss, stats = self.algorithm.loss(self.engine.forward, batch, reference)
+                loss, stats = self.algorithm.loss(self.policy, batch, reference)
             grad_norm = self.engine.micro_step(loss, boundary=i == len(batches) - 1)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / len(batches)

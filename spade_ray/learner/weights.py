@@ -21,11 +21,15 @@ from torch import nn
 
 
 def load_policy(model_path: str, lora_rank: int, lora_alpha: int | None, seed: int,
-                bf16: bool) -> tuple[nn.Module, nn.Module | None]:
+                bf16: bool, activation_checkpointing: bool = False
+                ) -> tuple[nn.Module, nn.Module | None]:
     """(policy, frozen reference copy or None for LoRA) on CPU. Trained weights are float32
     (master weights; the engine decides the compute dtype). LoRA's frozen base is bf16 when
     `bf16`: it needs no master copy, and autocast would otherwise re-cast all of it on every
-    forward (measured: aten::copy_ 20% of a Gemma 3 270M step); peft keeps adapters float32."""
+    forward (measured: aten::copy_ 20% of a Gemma 3 270M step); peft keeps adapters float32.
+    `activation_checkpointing` recomputes each decoder layer's activations in backward instead
+    of keeping them (transformers' own, non-reentrant): less memory, a slower step (figures in
+    bench/learner_step.py's output)."""
     from transformers import AutoModelForCausalLM
 
     if lora_rank < 0:
@@ -35,6 +39,9 @@ def load_policy(model_path: str, lora_rank: int, lora_alpha: int | None, seed: i
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
     _disable_dropout(model)
     _contiguous_head_input(model)
+    model.train()  # from_pretrained returns eval mode, where activation checkpointing is off
+    if activation_checkpointing:
+        model.activation_checkpointing_enable({"use_reentrant": False})
     if lora_rank == 0:
         reference = copy.deepcopy(model)
         reference.requires_grad_(False)

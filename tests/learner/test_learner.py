@@ -25,6 +25,17 @@ def test_dpo_steps_raise_the_margin_and_lower_the_loss(tiny_model, pairs, lora_r
     assert history[-1]["logratio_margin"] > history[0]["logratio_margin"] + 0.5
 
 
+def test_activation_checkpointing_changes_memory_not_the_arithmetic(tiny_model, pairs):
+    plain, plain_history = dpo_run(tiny_model, pairs, steps=2)
+    recomputed, history = dpo_run(tiny_model, pairs, steps=2, activation_checkpointing=True)
+    assert recomputed.engine.module.is_gradient_checkpointing
+    assert [h["loss"] for h in history] == pytest.approx([h["loss"] for h in plain_history],
+                                                         abs=1e-6)
+    for (name, a), b in zip(plain.engine.module.named_parameters(),
+                            recomputed.engine.module.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+
+
 def test_updates_wait_for_min_pairs_and_keep_the_remainder(tiny_model, pairs):
     learner = Learner(tiny_model, **{**FAST, "min_pairs_per_update": 6})
     assert learner.dpo_update(pairs[:3]) is None

@@ -4,7 +4,13 @@ padding or on skipping the prompt's logits."""
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from spade_ray.learner.logprobs import collate, encode, sequence_logps, split_program
+from spade_ray.learner import logprobs
+from spade_ray.learner.logprobs import (
+    collate,
+    encode,
+    sequence_logps,
+    split_program,
+)
 
 
 def test_the_signature_moves_from_the_prompt_to_the_completion():
@@ -46,3 +52,28 @@ def test_truncation_keeps_the_prompt_end_and_the_completion_start(tiny_model):
     assert tokenizer.decode(completion_ids) == "uvwxyz"
     prompt_ids, completion_ids = encode(tokenizer, "abcdef", "uvwxyz", 4)
     assert (tokenizer.decode(prompt_ids), tokenizer.decode(completion_ids)) == ("f", "uvw")
+
+
+def _naive_token_logps(model, batch):
+    """The textbook way: all logits, log-softmax, gather, mask."""
+    logps = torch.log_softmax(model(input_ids=batch.input_ids,
+                                    attention_mask=batch.attention_mask).logits.float(), -1)
+    picked = logps[:, :-1].gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return (picked * batch.completion_mask[:, 1:]).sum(dim=1)
+
+
+def test_chunked_logps_have_the_gradients_of_the_full_logits(tiny_model, monkeypatch):
+    # Chunks of 3 positions: several chunks per batch and a partial last one.
+    monkeypatch.setattr(logprobs, "CHUNK_POSITIONS", 3)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    batch = collate([encode(tokenizer, p, c, 64) for p, c in
+                     [("prompt one\n", "x = 1\n"), ("p\n", "return a longer completion\n")]],
+                    pad_token_id=0)
+    weights = torch.tensor([0.7, -1.3])
+    (sequence_logps(model, batch)[0] * weights).sum().backward()
+    ours = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    (_naive_token_logps(model, batch) * weights).sum().backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(ours[name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
