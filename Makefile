@@ -45,6 +45,7 @@ bench: install vllm
 	$(BIN)/python bench/sandbox_throughput.py
 	$(BIN)/python bench/rollout_throughput.py
 	$(VLLM_VENV)/bin/python bench/rollout_throughput.py
+	$(BIN)/python bench/learner_step.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache

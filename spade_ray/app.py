@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import datasets
 import hydra
 import ray
 from hydra.core.hydra_config import HydraConfig
@@ -52,6 +53,7 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
     learner = validate_learner(cfg.learner)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = str(cfg.run_name)
+    datasets.disable_progress_bars()  # one line per round on the console, no bars in between
     if not ray.is_initialized():  # RAY_ADDRESS (ray job submit) joins a cluster
         ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
     store = TraceStore(run_dir / "trace.sqlite", run_id,
@@ -63,7 +65,10 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
     print(f"run {run_id}: {run_dir} ({loop_cfg.rounds} rounds, model {model.roles['solver'].model}"
           f" on {model.roles['solver'].backend}, sandbox {sandbox_cfg.backend})", flush=True)
     try:
-        with Cluster(role_specs(model), model.colocate, model.placement_strategy) as cluster, \
+        trains = learner.name != "none"
+        with Cluster(role_specs(model), model.colocate, model.placement_strategy,
+                     learner_cpus=learner.cpus if trains else 0.0,
+                     learner_gpus=learner.gpus if trains else 0) as cluster, \
                 Sandbox(sandbox_cfg.backend, limits, sandbox_cfg.workers) as sandbox:
             ctx = stages.Context(
                 run_id=run_id, run_dir=run_dir, generator=cluster["generator"],
@@ -78,10 +83,10 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                 validation_problems=humaneval.load_problems(validation.problems or None,
                                                             seed=loop_cfg.seed)
                 if validation.problems else [])
-            if learner.name != "none":
-                ctx.trainer = training.Trainer.start(
-                    learner, resolve_model(model.roles["solver"].model), cluster.engines,
-                    run_dir)
+            if trains:
+                actor = cluster.start_learner(resolve_model(model.roles["solver"].model),
+                                              training.learner_kwargs(learner))
+                ctx.trainer = training.Trainer.start(learner, actor, cluster.engines, run_dir)
             metrics = loop.run(ctx)
     finally:
         sink.close()

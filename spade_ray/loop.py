@@ -29,6 +29,8 @@ from spade_ray.records import RoundMetrics, Task, from_dict, to_dict
 class RoundTally:
     """What the stages of one round report, summed into its RoundMetrics."""
 
+    generator_version: int = 0  # the weights that served the round (an update comes after)
+    solver_version: int = 0
     proposed: int = 0
     valid: int = 0
     rejections: collections.Counter = dataclasses.field(default_factory=collections.Counter)
@@ -75,7 +77,8 @@ def initial_state(ctx: stages.Context) -> dict[str, Any]:
 def run_round(ctx: stages.Context, index: int, state: dict[str, Any]
               ) -> tuple[RoundMetrics, dict[str, Any]]:
     started = time.monotonic()
-    tally = RoundTally()
+    tally = RoundTally(generator_version=ctx.generator.weights_version,
+                       solver_version=ctx.solver.weights_version)
     meters = stages.meters(ctx)
     archive = [from_dict(Task, t) for t in state["archive"]]
     rng = random.Random(ctx.loop.seed * 1_000_003 + index)

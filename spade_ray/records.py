@@ -237,7 +237,7 @@ class RoundMetrics:
 
     run_id: str
     round: int
-    generator_version: int
+    generator_version: int  # the weights that served this round (its update comes after)
     solver_version: int
     validation_pass_at_1: float | None  # HumanEval subset; None if not measured this round
     validation_problems: int
@@ -259,6 +259,7 @@ class RoundMetrics:
     learner_step: int = 0
     learner_loss: float | None = None
     gate_pass_at_1: float | None = None  # validation pass@1 with the update's weights
+    new_task_candidates: int = 0  # what new_task_pass_rate is a fraction of
 
     @property
     def valid_task_rate(self) -> float:

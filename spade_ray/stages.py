@@ -303,14 +303,15 @@ def round_metrics(ctx: Context, index: int, tally: Any, meters: dict[str, TokenM
         "update": learned.update, "learner_step": learned.learner_step,
         "learner_loss": learned.learner_loss, "gate_pass_at_1": learned.gate_pass_at_1}
     return RoundMetrics(
-        run_id=ctx.run_id, round=index, generator_version=ctx.generator.weights_version,
-        solver_version=ctx.solver.weights_version,
+        run_id=ctx.run_id, round=index, generator_version=tally.generator_version,
+        solver_version=tally.solver_version,
         validation_pass_at_1=validation.pass_at_k[1] if validation else None,
         validation_problems=validation.problems if validation else 0,
         tasks_proposed=tally.proposed, tasks_valid=tally.valid,
         rejection_reasons=tuple(tally.rejections.most_common()),
         new_task_pass_rate=(tally.new_task_passed / tally.new_task_candidates
                             if tally.new_task_candidates else 0.0),
+        new_task_candidates=tally.new_task_candidates,
         mean_difficulty=1 - sum(rates) / len(rates) if rates else 0.0,
         pairs=tally.pairs,
         candidate_diversity=tally.distinct / tally.sampled if tally.sampled else 0.0,

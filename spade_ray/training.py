@@ -21,7 +21,6 @@ from typing import Any
 import ray
 
 from spade_ray.config import LearnerConfig
-from spade_ray.learner.actor import LearnerActor
 from spade_ray.learner.algorithms import CompletionGroup
 from spade_ray.records import PreferencePair
 from spade_ray.rollout.actor import RoleEngines
@@ -42,14 +41,9 @@ class Trainer:
     version: int = 0  # weights version the engines serve
 
     @classmethod
-    def start(cls, config: LearnerConfig, model_path: str, engines: list[RoleEngines],
+    def start(cls, config: LearnerConfig, actor: Any, engines: list[RoleEngines],
               run_dir: Path) -> Trainer:
-        kwargs = dict(config.kwargs, min_pairs_per_update=config.min_pairs_per_update,
-                      algorithm=config.name)
-        if kwargs.get("deepspeed_config"):
-            kwargs["deepspeed_config"] = str(CONF_ROOT / kwargs["deepspeed_config"])
-        actor = LearnerActor.options(num_cpus=config.cpus, num_gpus=config.gpus).remote(
-            model_path, kwargs)
+        """`actor`: a LearnerActor built with `learner_kwargs(config)` (Cluster.start_learner)."""
         checkpoints = run_dir / "checkpoints"
         # Step 0 is the first accepted state: a rejected first update rolls back to it.
         base = ray.get(actor.save_checkpoint.remote(str(checkpoints / "step_000000")))
@@ -94,6 +88,15 @@ class Trainer:
     def _publish(self, weights: ray.ObjectRef, version: int) -> None:
         for engines in self.engines:
             engines.update_weights(weights, version)
+
+
+def learner_kwargs(config: LearnerConfig) -> dict[str, Any]:
+    """The Learner's constructor arguments from the learner config."""
+    kwargs = dict(config.kwargs, min_pairs_per_update=config.min_pairs_per_update,
+                  algorithm=config.name)
+    if kwargs.get("deepspeed_config"):
+        kwargs["deepspeed_config"] = str(CONF_ROOT / kwargs["deepspeed_config"])
+    return kwargs
 
 
 @dataclasses.dataclass(frozen=True)

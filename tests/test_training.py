@@ -10,7 +10,7 @@ from spade_ray.cluster import Cluster, RoleSpec
 from spade_ray.config import LearnerConfig
 from spade_ray.evaluation.humaneval import ValidationResult
 from spade_ray.records import PreferencePair, SamplingParams
-from spade_ray.training import Trainer, learn
+from spade_ray.training import Trainer, learn, learner_kwargs
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8)
 
@@ -38,12 +38,23 @@ def setup(tiny_model, tmp_path_factory):
     config = LearnerConfig(name="dpo", cpus=1, min_pairs_per_update=2, gate_tolerance=0.05,
                            kwargs={"lora_rank": 4, "lr": 0.05, "micro_batch_size": 2})
     try:
-        with Cluster([spec]) as cluster:
-            trainer = Trainer.start(config, tiny_model, cluster.engines,
+        with Cluster([spec], learner_cpus=config.cpus) as cluster:
+            actor = cluster.start_learner(tiny_model, learner_kwargs(config))
+            trainer = Trainer.start(config, actor, cluster.engines,
                                     tmp_path_factory.mktemp("run"))
-            yield trainer, cluster["solver"]
+            yield trainer, cluster
     finally:
         ray.shutdown()
+
+
+def test_the_learner_holds_its_own_bundle(setup):
+    trainer, cluster = setup
+    group = cluster.placement_group
+    assert ray.util.placement_group_table(group)["bundles"] == {0: {"CPU": 0.5}, 1: {"CPU": 1.0}}
+    ray.get(trainer.actor.step.remote())  # started
+    bundle = f"CPU_group_1_{group.id.hex()}"
+    assert ray.cluster_resources()[bundle] == 1.0
+    assert ray.available_resources().get(bundle, 0.0) == 0.0  # all taken by the learner
 
 
 def test_too_few_pairs_only_buffer(setup):
@@ -53,7 +64,8 @@ def test_too_few_pairs_only_buffer(setup):
 
 
 def test_accepted_update_reaches_the_engines_with_a_new_version(setup):
-    trainer, solver = setup
+    trainer, cluster = setup
+    solver = cluster["solver"]
     before = solver.generate(["def add(a, b):"], GREEDY).completions[0][0]
     outcome = learn(trainer, pairs(2), 0.5, scored(0.5))
     after = solver.generate(["def add(a, b):"], GREEDY).completions[0][0]
@@ -63,7 +75,8 @@ def test_accepted_update_reaches_the_engines_with_a_new_version(setup):
 
 
 def test_harmful_update_is_rolled_back(setup):
-    trainer, solver = setup
+    trainer, cluster = setup
+    solver = cluster["solver"]
     served = solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text
     outcome = learn(trainer, pairs(2), 0.5, scored(0.1))  # the gate sees a drop of 0.4
     restored = solver.generate(["def add(a, b):"], GREEDY).completions[0][0]
@@ -73,7 +86,8 @@ def test_harmful_update_is_rolled_back(setup):
 
 
 def test_resume_restores_the_last_accepted_state(setup, tiny_model):
-    trainer, solver = setup
+    trainer, cluster = setup
+    solver = cluster["solver"]
     served = solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text
     spec = RoleSpec("solver", "hf", tiny_model, cpus_per_engine=0.5,
                     backend_kwargs=(("dtype", "float32"),))

@@ -141,6 +141,7 @@ def wandb_payload(m: RoundMetrics) -> dict[str, float]:
         "solver_version": m.solver_version,
         "tasks/proposed": m.tasks_proposed, "tasks/valid": m.tasks_valid,
         "tasks/valid_rate": m.valid_task_rate, "tasks/new_task_pass_rate": m.new_task_pass_rate,
+        "tasks/new_task_candidates": m.new_task_candidates,
         "tasks/mean_difficulty": m.mean_difficulty, "pairs": m.pairs,
         "candidates/diversity": m.candidate_diversity, "tokens/generator": m.tokens_generator,
         "tokens/solver": m.tokens_solver, "sandbox/cpu_s": m.sandbox_cpu_s,

@@ -46,6 +46,11 @@ def test_roles_run_in_their_placement_group_bundles(cluster):
     assert len(table["bundles"]) == 3  # 1 generator engine + 2 solver engines
 
 
+def test_a_cluster_without_a_learner_bundle_refuses_to_start_a_learner(cluster):
+    with pytest.raises(RuntimeError, match="no learner bundle"):
+        cluster.start_learner("unused", {})
+
+
 def test_requests_are_spread_over_engines_and_keep_order(cluster):
     prompts = [f"task {i}" for i in range(5)]
     sharded = cluster["solver"].generate(prompts, GREEDY)

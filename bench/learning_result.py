@@ -1,0 +1,138 @@
+"""What a run learnt: HumanEval pass@1 of the base model and of the run's last accepted weights,
+and the new-task pass rate of its first and last rounds, each with its sample count and a 95%
+confidence interval.
+
+The validation figure is re-measured here on more problems than the run's per-round subset:
+both models, the same problems, the same sampling (greedy by default, so one sample per problem
+is the model's answer), checked in the local sandbox. Intervals: Wilson for a proportion; for
+the change in pass@1, a paired bootstrap over problems (the same problems are scored twice, so
+the change is judged per problem). The new-task pass rate is over candidates, and candidates
+of one task are not independent: its interval is narrower than the truth.
+
+    make run    # (or any run with a learner); then
+    .venv/bin/python bench/learning_result.py runs/cpu_gemma [--problems 164] [--samples 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+from spade_ray.records import RoundMetrics, from_dict
+from spade_ray.tracking.query import run_sql
+
+Z95 = 1.959964
+BOOTSTRAP = 10_000
+
+
+def wilson(passed: int, total: int) -> tuple[float, float]:
+    """95% Wilson score interval of passed / total."""
+    if total == 0:
+        return (float("nan"), float("nan"))
+    p = passed / total
+    centre = (p + Z95**2 / (2 * total)) / (1 + Z95**2 / total)
+    half = Z95 * math.sqrt(p * (1 - p) / total + Z95**2 / (4 * total**2)) / (1 + Z95**2 / total)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def paired_bootstrap(before: list[float], after: list[float], seed: int = 0
+                     ) -> tuple[float, float]:
+    """95% percentile interval of mean(after - before), resampling problems."""
+    rng = random.Random(seed)
+    diffs = [a - b for a, b in zip(after, before)]
+    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(BOOTSTRAP))
+    return (means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1])
+
+
+def read_run(run_dir: Path) -> tuple[list[RoundMetrics], str | None]:
+    """The run's completed rounds and the learner checkpoint its last one left accepted."""
+    db = run_dir / "trace.sqlite"
+    if not db.is_file():
+        raise SystemExit(f"{db} not found: give the run directory of a finished run")
+    rows, _ = run_sql(db, "SELECT round, metrics, state FROM rounds ORDER BY round")
+    if not rows:
+        raise SystemExit(f"{run_dir} has no completed round")
+    metrics = [from_dict(RoundMetrics, json.loads(m)) for _, m, _ in rows]
+    return metrics, json.loads(rows[-1][2]).get("learner_checkpoint")
+
+
+def merged_model(base: str, checkpoint: Path, out: Path) -> str:
+    """The base model with the checkpoint's LoRA adapters merged in, saved under `out`."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+    model = PeftModel.from_pretrained(model, str(checkpoint / "policy")).merge_and_unload()
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return str(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--model", default="gemma3-270m", help="the run's base model")
+    parser.add_argument("--problems", type=int, default=164)
+    parser.add_argument("--samples", type=int, default=1, help="per problem; 1 = greedy")
+    parser.add_argument("--max-tokens", type=int, default=160, help="as the run's validation")
+    args = parser.parse_args()
+
+    from spade_ray.app import evaluate_model
+    from spade_ray.rollout.models import resolve_model
+
+    metrics, checkpoint = read_run(args.run_dir)
+    updates = [m.update for m in metrics]
+    print(f"run {args.run_dir}: {len(metrics)} rounds, updates {updates}, final weights "
+          f"version {metrics[-1].solver_version}, last accepted checkpoint {checkpoint}")
+    print("per-round validation pass@1 (the run's own subset): " + ", ".join(
+        f"r{m.round} {m.validation_pass_at_1:.3f}/{m.validation_problems}"
+        for m in metrics if m.validation_pass_at_1 is not None))
+
+    first, last = metrics[0], metrics[-1]
+    print("\nnew-task pass rate (candidates on the round's own valid generated tasks)")
+    for label, m in (("first round", first), ("last round", last)):
+        n = m.new_task_candidates
+        passed = round(m.new_task_pass_rate * n)
+        low, high = wilson(passed, n)
+        print(f"  {label:<12} round {m.round}: " + (
+            f"{passed}/{n} = {passed / n:.3f}  95% CI [{low:.3f}, {high:.3f}]" if n else
+            f"no candidates (tasks valid {m.tasks_valid}/{m.tasks_proposed}): not measurable"))
+
+    base = resolve_model(args.model)
+    steps = checkpoint and Path(checkpoint).name != "step_000000"
+    if not steps:
+        print("\nno update was accepted in this run: the final weights are the base model's")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        final = merged_model(base, Path(checkpoint), Path(tmp) / "final")
+        results = {name: evaluate_model(path, args.problems, args.samples, args.max_tokens)
+                   for name, path in (("base", base), ("final", final))}
+    ids = sorted(results["base"].passed_per_problem)
+    per = {name: [r.passed_per_problem[i] / args.samples for i in ids]
+           for name, r in results.items()}
+    total = len(ids) * args.samples
+    print(f"\nHumanEval pass@1, {len(ids)} problems x {args.samples} sample(s) "
+          f"({'greedy' if args.samples == 1 else 'temperature 0.8'}, max {args.max_tokens} "
+          "tokens), local sandbox")
+    for name, r in results.items():
+        passed = sum(r.passed_per_problem.values())
+        low, high = wilson(passed, total)
+        print(f"  {name:<6} {r.pass_at_k[1]:.3f} ({passed}/{total})  95% CI [{low:.3f}, "
+              f"{high:.3f}]  syntax errors {r.syntax_errors}")
+    change = results["final"].pass_at_k[1] - results["base"].pass_at_k[1]
+    low, high = paired_bootstrap(per["base"], per["final"])
+    gained = sum(a > b for a, b in zip(per["final"], per["base"]))
+    lost = sum(a < b for a, b in zip(per["final"], per["base"]))
+    print(f"  change {change:+.3f}  95% CI [{low:+.3f}, {high:+.3f}] (paired bootstrap over "
+          f"problems); problems gained {gained}, lost {lost}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
