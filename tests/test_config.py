@@ -43,7 +43,14 @@ def test_unknown_key_is_refused():
 def test_every_experiment_composes_and_validates(experiment):
     from hydra import compose, initialize_config_dir
 
-    from spade_ray.config import sandbox_limits, validate_loop, validate_validation
+    from spade_ray.config import (
+        sandbox_limits,
+        validate_learner,
+        validate_loop,
+        validate_validation,
+    )
+    from spade_ray.learner.engines import deepspeed_config
+    from spade_ray.training import learner_kwargs
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"experiment={experiment}"])
@@ -51,4 +58,8 @@ def test_every_experiment_composes_and_validates(experiment):
     validate_loop(cfg.loop)
     validate_validation(cfg.validation)
     sandbox_limits(cfg.sandbox)
+    kwargs = learner_kwargs(validate_learner(cfg.learner))
+    if kwargs.get("deepspeed_config"):
+        deepspeed_config(kwargs["deepspeed_config"], lr=1e-5, weight_decay=0.0, max_grad_norm=1.0,
+                         micro_batch_size=1, grad_accum=1, bf16=True)
     assert cfg.run_name == experiment

@@ -4,7 +4,7 @@ Both engines do the same arithmetic from the same numbers: AdamW, a linear warm-
 `warmup_steps` optimizer steps (then constant), gradient clipping, and `grad_accum` micro-batches
 per optimizer step with each micro-batch loss scaled by 1 / grad_accum. The DeepSpeed engine
 reads everything else (ZeRO stage, bf16, optimizer type and its betas/eps, communication knobs)
-from a JSON config such as conf/deepspeed/zero2_cpu.json; the learner owns the keys listed in
+from a JSON config such as conf/deepspeed/zero2.json; the learner owns the keys listed in
 `LEARNER_KEYS` and writes them, so one number never lives in two places. The LR schedule is the
 learner's too, handed to DeepSpeed as a client scheduler: DeepSpeed's WarmupLR sets the lr at
 construction and again after each step, so its first two optimizer steps both run at

@@ -10,7 +10,7 @@ from tests.learner.conftest import FAST
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")
 
-CONFIG = str(Path(__file__).resolve().parents[2] / "conf" / "deepspeed" / "zero2_cpu.json")
+CONFIG = str(Path(__file__).resolve().parents[2] / "conf" / "deepspeed" / "zero2.json")
 STEPS = 3
 
 

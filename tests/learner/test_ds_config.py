@@ -7,7 +7,7 @@ import pytest
 
 from spade_ray.learner.engines import deepspeed_config
 
-SHIPPED = Path(__file__).resolve().parents[2] / "conf" / "deepspeed" / "zero2_cpu.json"
+SHIPPED = Path(__file__).resolve().parents[2] / "conf" / "deepspeed" / "zero2.json"
 ARGS = dict(lr=2e-5, weight_decay=0.01, max_grad_norm=0.5, micro_batch_size=3, grad_accum=4,
             bf16=False)
 
@@ -34,6 +34,6 @@ def test_configs_the_learner_cannot_honour_are_refused(tmp_path, extra, match):
 
 def test_a_repository_relative_path_works_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert deepspeed_config("conf/deepspeed/zero2_cpu.json", **ARGS)["zero_optimization"]
+    assert deepspeed_config("conf/deepspeed/zero2.json", **ARGS)["zero_optimization"]
     with pytest.raises(FileNotFoundError, match="missing.json"):
         deepspeed_config("conf/deepspeed/missing.json", **ARGS)
