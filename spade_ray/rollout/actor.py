@@ -4,21 +4,28 @@ Requests to a role are split over its engines (data-parallel generation). An eng
 restarted by Ray (max_restarts=-1); the call that was running on it is not retried (generation is
 not idempotent once tokens are counted): `RoleEngines.generate` returns the indices of the
 prompts that were lost so the loop can re-issue them; a restarted engine loads the role's
-latest weights before its next request.
+latest weights before its next request. A backend whose engine died inside a live actor (vLLM's
+engine-core process) would fail or hang every request from then on, so the actor exits, for Ray
+to restart it, when a call raises EngineDead or when the backend's `alive()` (polled by a
+watchdog thread, for backends that have one) turns False.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError
 
 from spade_ray.records import Completion, SamplingParams
-from spade_ray.rollout.backend import ModelBackend, RolloutError
+from spade_ray.rollout.backend import EngineDead, ModelBackend, RolloutError
 
 BACKENDS = ("hf", "vllm", "openai")
 
@@ -43,10 +50,20 @@ def make_backend(backend: str, model: str, **kwargs: Any) -> ModelBackend:
     raise ValueError(f"unknown model backend {backend!r}: choose one of {', '.join(BACKENDS)}")
 
 
+WATCH_INTERVAL_S = 1.0  # how often the watchdog asks a backend whether its engine is alive
+
+
 @ray.remote(max_restarts=-1, max_task_retries=0)
 class ModelActor:
     def __init__(self, backend: str, model: str, backend_kwargs: dict[str, Any]) -> None:
         self.backend = make_backend(backend, model, **backend_kwargs)
+        if hasattr(self.backend, "alive"):
+            threading.Thread(target=self._watch, daemon=True, name="engine-watchdog").start()
+
+    def _watch(self) -> None:
+        while self.backend.alive():
+            time.sleep(WATCH_INTERVAL_S)
+        _exit_for_restart("the engine died")
 
     def generate(self, prompts: list[str], sampling: SamplingParams,
                  latest: tuple[list[ray.ObjectRef], int] | None = None
@@ -54,12 +71,14 @@ class ModelActor:
         """`latest`: the role's current weights ([ref], version). An engine that Ray restarted
         came back with its initial weights; it catches up before generating. (The ref is
         wrapped in a list so Ray passes the reference instead of fetching it every call.)"""
-        if latest is not None and self.backend.weights_version != latest[1]:
-            self.backend.update_weights(ray.get(latest[0][0]), latest[1])
-        return self.backend.generate(prompts, sampling)
+        with _exit_if_dead():
+            if latest is not None and self.backend.weights_version != latest[1]:
+                self.backend.update_weights(ray.get(latest[0][0]), latest[1])
+            return self.backend.generate(prompts, sampling)
 
     def update_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
-        self.backend.update_weights(state_dict, version)
+        with _exit_if_dead():
+            self.backend.update_weights(state_dict, version)
         return self.backend.weights_version
 
     def weights_version(self) -> int:
@@ -67,6 +86,22 @@ class ModelActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+@contextlib.contextmanager
+def _exit_if_dead() -> Iterator[None]:
+    """Exit the actor's process on EngineDead: an unexpected exit is what Ray restarts
+    (ray.actor.exit_actor() is a deliberate exit, which it would not)."""
+    try:
+        yield
+    except EngineDead as e:
+        _exit_for_restart(str(e))
+
+
+def _exit_for_restart(reason: str) -> None:
+    print(f"ModelActor {os.getpid()}: {reason}; exiting so that Ray restarts the engine",
+          file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,10 +143,12 @@ class RoleEngines:
         return GenerationResult(completions, tuple(lost))
 
     def update_weights(self, state_dict: Mapping[str, Any] | ray.ObjectRef, version: int) -> None:
-        """Send new weights to every engine (one object-store copy, read by all)."""
+        """Send new weights to every engine (one object-store copy, read by all). An engine that
+        died meanwhile is restarted by Ray and loads them before its next request."""
         ref = state_dict if isinstance(state_dict, ray.ObjectRef) else ray.put(state_dict)
-        versions = ray.get([a.update_weights.remote(ref, version) for a in self.actors])
-        if set(versions) != {version}:
+        replies = _gather([a.update_weights.remote(ref, version) for a in self.actors])
+        versions = [v for v in replies if not isinstance(v, Exception)]
+        if set(versions) - {version}:
             raise RolloutError(f"{self.role}: engines report versions {versions} after an "
                                f"update to {version}")
         self._weights = (ref, version)

@@ -39,6 +39,12 @@ class ReadOnlyBackend(RolloutError):
     """The backend serves weights we do not own (an external API): no update_weights."""
 
 
+class EngineDead(RolloutError):
+    """The backend's engine is gone for good (e.g. vLLM's engine-core process died): every later
+    call would fail too. The process hosting the backend must be replaced (ModelActor exits so
+    that Ray restarts it)."""
+
+
 class ServerUnavailable(RolloutError):
     """An API server did not answer (down, refused, timed out after the retries)."""
 

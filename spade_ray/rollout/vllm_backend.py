@@ -29,6 +29,7 @@ from typing import Any
 
 from spade_ray.records import Completion, SamplingParams
 from spade_ray.rollout.backend import (
+    EngineDead,
     ModelLoadError,
     PromptTooLong,
     RolloutError,
@@ -94,9 +95,13 @@ class VLLMBackend:
             return []
         # vLLM refuses n > 1 with greedy decoding; its n samples would be identical anyway.
         copies = sampling.n if sampling.temperature == 0 else 1
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded],
-                                    [self._params(sampling, i, sampling.n // copies)
-                                     for i in range(len(encoded))], use_tqdm=False)
+        try:
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded],
+                                        [self._params(sampling, i, sampling.n // copies)
+                                         for i in range(len(encoded))], use_tqdm=False)
+        except Exception as e:
+            _raise_if_dead(e)
+            raise
         return [[self._completion(c, len(o.prompt_token_ids), i) for c in o.outputs] * copies
                 for i, o in enumerate(outputs)]
 
@@ -145,6 +150,7 @@ class VLLMBackend:
                                     kwargs={"weights_path": str(scratch),
                                             "is_checkpoint_format": True})
         except Exception as e:
+            _raise_if_dead(e)
             raise RolloutError(f"loading weights version {version} into the vLLM engine failed:"
                                f" {e}; the engine may now hold a mix of old and new weights or "
                                "be dead: retry the update, or rebuild the backend") from e
@@ -154,6 +160,23 @@ class VLLMBackend:
         # sharing a prefix with an earlier one would be continued from stale keys/values.
         self.llm.reset_prefix_cache()
         self._version = version
+
+    def alive(self) -> bool:
+        """False once vLLM has seen its engine-core process die. Its sync client then never
+        answers a request in flight (vLLM 0.32: the output thread exits without waking the
+        caller, measured: generate blocked for 10 min), so ModelActor polls this from a
+        watchdog thread and replaces the process."""
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        if self.llm is None:
+            return True  # closed on purpose, not dead
+        ensure_alive = getattr(self.llm.llm_engine.engine_core, "ensure_alive", None)
+        try:
+            if ensure_alive is not None:  # in-process engines have no process to lose
+                ensure_alive()
+        except EngineDeadError:
+            return False
+        return True
 
     def _check_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Refuse names or shapes the checkpoint does not have: inside the engine either one
@@ -175,6 +198,14 @@ class VLLMBackend:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
+
+
+def _raise_if_dead(error: Exception) -> None:
+    """vLLM's EngineDeadError (its engine-core process is gone) as our EngineDead."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    if isinstance(error, EngineDeadError):
+        raise EngineDead(f"the vLLM engine died: {error}") from error
 
 
 def _check_model_dir(model_path: str, on_cpu: bool) -> None:

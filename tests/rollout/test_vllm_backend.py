@@ -189,3 +189,39 @@ def test_model_directory_without_config_is_refused(tmp_path):
 
     with pytest.raises(ModelLoadError, match="no config.json"):
         VLLMBackend(str(tmp_path))
+
+
+def _engine_core_pids(actor_pid):
+    """vLLM's engine-core processes among the actor process's children."""
+    children = open(f"/proc/{actor_pid}/task/{actor_pid}/children").read().split()
+    return [int(c) for c in children
+            if b"EngineCore" in open(f"/proc/{c}/cmdline", "rb").read()]
+
+
+def test_a_dead_engine_core_restarts_its_actor_which_catches_up(model_dirs):
+    import time
+
+    import ray
+
+    from spade_ray.rollout.actor import ModelActor, RoleEngines
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        kwargs = {"max_model_len": CONTEXT, "kv_cache_memory_bytes": 64 << 20}
+        solver = RoleEngines("solver", [ModelActor.options(num_cpus=1).remote(
+            "vllm", str(model_dirs[0]), kwargs)])
+        solver.update_weights(weights(model_dirs[1]), 1)
+        served = solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text
+        cores = _engine_core_pids(ray.get(solver.actors[0].pid.remote()))
+        assert cores, "no EngineCore child found under the actor"
+        for pid in cores:
+            os.kill(pid, 9)
+        assert solver.generate(["def add(a, b):"], GREEDY).lost == (0,)
+        deadline = time.monotonic() + 300  # Ray restarts the actor: a fresh engine, ~40 s
+        while (again := solver.generate(["def add(a, b):"], GREEDY)).lost:
+            assert time.monotonic() < deadline, "the engine did not come back"
+            time.sleep(2)
+        completion = again.completions[0][0]
+        assert completion.weights_version == 1 and completion.text == served
+    finally:
+        ray.shutdown()
