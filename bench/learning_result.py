@@ -105,8 +105,8 @@ def main() -> int:
             f"no candidates (tasks valid {m.tasks_valid}/{m.tasks_proposed}): not measurable"))
 
     base = resolve_model(args.model)
-    steps = checkpoint and Path(checkpoint).name != "step_000000"
-    if not steps:
+    trained = checkpoint and Path(checkpoint).name != "step_000000"
+    if not trained:
         print("\nno update was accepted in this run: the final weights are the base model's")
         return 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -25,8 +25,6 @@ from spade_ray.learner.algorithms import CompletionGroup
 from spade_ray.records import PreferencePair
 from spade_ray.rollout.actor import RoleEngines
 
-CONF_ROOT = Path(__file__).resolve().parents[1]
-
 
 @dataclasses.dataclass
 class Trainer:
@@ -91,12 +89,10 @@ class Trainer:
 
 
 def learner_kwargs(config: LearnerConfig) -> dict[str, Any]:
-    """The Learner's constructor arguments from the learner config."""
-    kwargs = dict(config.kwargs, min_pairs_per_update=config.min_pairs_per_update,
-                  algorithm=config.name)
-    if kwargs.get("deepspeed_config"):
-        kwargs["deepspeed_config"] = str(CONF_ROOT / kwargs["deepspeed_config"])
-    return kwargs
+    """The Learner's constructor arguments from the learner config (a relative deepspeed_config
+    is resolved against the repository by learner.engines, wherever the actor runs)."""
+    return dict(config.kwargs, min_pairs_per_update=config.min_pairs_per_update,
+                algorithm=config.name)
 
 
 @dataclasses.dataclass(frozen=True)

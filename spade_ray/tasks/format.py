@@ -26,7 +26,8 @@ import re
 from spade_ray.records import Limits, Task, TestSuite
 
 SECTIONS = ("Description", "Signature", "Tests", "Buggy", "Reference")
-_HEADER = re.compile(r"^(Description|Signature|Tests|Buggy|Reference):[ \t]*(.*)$")
+REQUIRED = tuple(s for s in SECTIONS if s != "Buggy")  # Buggy: repair tasks only
+_HEADER = re.compile(rf"^({'|'.join(SECTIONS)}):[ \t]*(.*)$")
 MIN_TESTS = 2
 MAX_TESTS = 20
 
@@ -42,8 +43,7 @@ class TaskFormatError(ValueError):
 def parse_task(text: str, topic: str, limits: Limits = Limits(), source: str = "generated",
                generator_version: int = -1) -> Task:
     sections = _sections(text)
-    missing = [s for s in ("Description", "Signature", "Tests", "Reference")
-               if not sections.get(s, "").strip()]
+    missing = [s for s in REQUIRED if not sections.get(s, "").strip()]
     if missing:
         raise TaskFormatError("missing_section", f"no {', '.join(missing)} section")
     signature = sections["Signature"].strip().splitlines()[0].strip()
