@@ -192,10 +192,27 @@ def test_model_directory_without_config_is_refused(tmp_path):
 
 
 def _engine_core_pids(actor_pid):
-    """vLLM's engine-core processes among the actor process's children."""
-    children = open(f"/proc/{actor_pid}/task/{actor_pid}/children").read().split()
-    return [int(c) for c in children
-            if b"EngineCore" in open(f"/proc/{c}/cmdline", "rb").read()]
+    """vLLM's engine-core processes among the actor process's descendants.
+
+    psutil finds children by their parent pid, whichever of the actor's threads forked them;
+    /proc/PID/task/PID/children would list only the main thread's.
+    """
+    import psutil
+
+    found = []
+    for child in psutil.Process(actor_pid).children(recursive=True):
+        try:
+            if "EngineCore" in child.name() + " ".join(child.cmdline()):
+                found.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def _process_tree(pid):
+    import psutil
+
+    return [(p.pid, p.name()) for p in psutil.Process(pid).children(recursive=True)]
 
 
 def test_a_dead_engine_core_restarts_its_actor_which_catches_up(model_dirs):
@@ -212,8 +229,9 @@ def test_a_dead_engine_core_restarts_its_actor_which_catches_up(model_dirs):
             "vllm", str(model_dirs[0]), kwargs)])
         solver.update_weights(weights(model_dirs[1]), 1)
         served = solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text
-        cores = _engine_core_pids(ray.get(solver.actors[0].pid.remote()))
-        assert cores, "no EngineCore child found under the actor"
+        actor_pid = ray.get(solver.actors[0].pid.remote())
+        cores = _engine_core_pids(actor_pid)
+        assert cores, f"no EngineCore process under the actor: {_process_tree(actor_pid)}"
         for pid in cores:
             os.kill(pid, 9)
         assert solver.generate(["def add(a, b):"], GREEDY).lost == (0,)
