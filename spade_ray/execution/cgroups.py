@@ -3,8 +3,8 @@
 Why hand-written: the Python cgroup libraries on PyPI (cgroupspy, cgroup-utils) are v1-only and
 unmaintained; what we need is a dozen file writes. A cgroup is created before the candidate runs,
 the candidate's host PID is moved in before it executes a single line (the harness makes it wait),
-and after the run we read the peak memory, the CPU time and whether the OOM killer fired, kill
-anything left and remove the group.
+and after the run we read the peak memory, the CPU time, whether the OOM killer fired and whether
+usage hit the limit, kill anything left and remove the group.
 
 Not handled: cgroup v1 kernels without `oom_kill` in memory.oom_control (< 4.13) report an OOM as
 `killed`; nested v2 delegation where the parent is not ours (we need write access to the root of
@@ -99,19 +99,21 @@ class ExecCgroup:
         for d in set(self.dirs.values()):
             _write(d / "cgroup.procs", host_pid)
 
-    def stats(self) -> tuple[float, float, bool]:
-        """(peak memory MB, CPU seconds, whether the OOM killer fired)."""
+    def stats(self) -> tuple[float, float, bool, bool]:
+        """(peak memory MB, CPU seconds, whether the OOM killer fired, whether usage hit the
+        memory limit: memory.failcnt on v1, memory.events' `max` on v2)."""
         if self.version == "v2":
             d = self.dirs["memory"]
             peak = int(_read(d / "memory.peak")) if (d / "memory.peak").exists() else 0
             cpu_us = _keyed(d / "cpu.stat")["usage_usec"]
-            oom = _keyed(d / "memory.events").get("oom_kill", 0) > 0
-            return peak / 2**20, cpu_us / 1e6, oom
+            events = _keyed(d / "memory.events")
+            return (peak / 2**20, cpu_us / 1e6, events.get("oom_kill", 0) > 0,
+                    events.get("max", 0) > 0)
         mem = self.dirs["memory"]
         peak = int(_read(mem / "memory.max_usage_in_bytes"))
         cpu_ns = int(_read(self.dirs["cpuacct"] / "cpuacct.usage"))
         oom = _keyed(mem / "memory.oom_control").get("oom_kill", 0) > 0
-        return peak / 2**20, cpu_ns / 1e9, oom
+        return peak / 2**20, cpu_ns / 1e9, oom, int(_read(mem / "memory.failcnt")) > 0
 
     def pids(self) -> list[int]:
         return [int(p) for p in _read(self.dirs["pids"] / "cgroup.procs").split()]

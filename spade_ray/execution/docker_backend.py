@@ -168,9 +168,9 @@ class AttachStream:
         self._io.close()
 
 
-def host_oom_file(pid: int, container_id: str) -> Path | None:
-    """The container's OOM-kill counter file, when this host sees the engine's cgroups (a local
-    engine): memory.oom_control on cgroup v1, memory.events on v2. None otherwise."""
+def host_memory_files(pid: int, container_id: str) -> tuple[Path, ...] | None:
+    """The container's memory-cgroup counter files, when this host sees the engine's cgroups (a
+    local engine): memory.oom_control and memory.failcnt on v1, memory.events on v2."""
     try:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
@@ -180,20 +180,26 @@ def host_oom_file(pid: int, container_id: str) -> Path | None:
         v1 = "memory" in controllers.split(",")
         # The id check rules out a reused pid and a cgroup namespace that hides the real path.
         if container_id in path and (v1 or controllers == ""):
-            found = Path("/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup", path.lstrip("/"),
-                         "memory.oom_control" if v1 else "memory.events")
-            if found.is_file():
-                return found
+            directory = Path("/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup", path.lstrip("/"))
+            files = ((directory / "memory.oom_control", directory / "memory.failcnt") if v1
+                     else (directory / "memory.events",))
+            if all(f.is_file() for f in files):
+                return files
     return None
 
 
-def oom_kills(text: str) -> int:
-    """The `oom_kill N` counter of memory.oom_control / memory.events (0 if absent)."""
+def memory_counters(text: str) -> tuple[int, int]:
+    """(OOM kills, times usage hit the limit) from the text of memory.oom_control followed by
+    memory.failcnt (v1: `oom_kill N`, then a bare number) or of memory.events (v2: `oom_kill N`,
+    `max N`). Absent counters read 0."""
+    oom = hits = 0
     for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill" and value.strip().isdigit():
-            return int(value)
-    return 0
+        key, _, value = line.strip().partition(" ")
+        if key.isdigit() and not value:
+            hits = int(key)
+        elif value.isdigit() and key in ("oom_kill", "max"):
+            oom, hits = (int(value), hits) if key == "oom_kill" else (oom, int(value))
+    return oom, hits
 
 
 def _container_shape(limits: Limits) -> tuple:
@@ -242,15 +248,17 @@ class DockerWorker:
             self._channel = Channel(self._stream.read, self._stream.write)
             self._container.start()
             ready = self._channel.recv(time.monotonic() + START_TIMEOUT_S)
-            self._container.reload()  # State.Pid, for the host-side OOM counter
+            self._container.reload()  # State.Pid, for the host-side memory counters
         except (DockerException, ChannelError, OSError) as e:
             err = self._stop().strip() or str(e)
             hint = "; build it: sandbox/build_image.sh" if isinstance(e, ImageNotFound) else ""
             raise BackendUnavailable(f"the docker sandbox ({self.image.id[:19]}) did not start: "
                                      f"{err}{hint}") from e
         self._python = ready.get("python", "unknown")
-        self._oom_file = host_oom_file(self._container.attrs["State"]["Pid"], self._container.id)
-        self._oom_seen = self._oom_count() if self._oom_file else 0
+        self._memory_files = host_memory_files(self._container.attrs["State"]["Pid"],
+                                               self._container.id)
+        # A remote engine: a new container starts a new cgroup at zero (and saves an exec).
+        self._memory_seen = self._memory_counts() if self._memory_files else (0, 0)
         self._runs = 0
         self.start_s = time.monotonic() - started
 
@@ -296,7 +304,8 @@ class DockerWorker:
         started = time.monotonic()
         try:
             reply = self._exchange(request, limits)
-            measured = Measured(oom_killed=self._oom_killed(reply))
+            oom_killed, limit_hit = self._memory_events(reply)
+            measured = Measured(oom_killed=oom_killed, memory_limit_hit=limit_hit)
         except (ChannelError, DockerException, OSError) as e:
             err = self._stop().strip()[-2000:]
             detail = f"docker sandbox failed and was removed: {e}" + (f"; {err}" * bool(err))
@@ -318,20 +327,26 @@ class DockerWorker:
             raise ChannelError(f"harness error: {reply['harness_error']}")
         return reply
 
-    def _oom_killed(self, reply: dict) -> bool:
-        """Did the memory cgroup's OOM killer act during this run? The harness cannot tell: it
-        only sees SIGKILL with no reason of its own. Docker's State.OOMKilled does not help
-        either: it describes the container's main process, which the OOM killer spares."""
-        if self._oom_file is None and (reply["exit_code"] != -signal.SIGKILL or reply["reason"]):
-            return False  # reading through the engine costs an exec: only for the OOM signature
-        count = self._oom_count()
-        killed, self._oom_seen = count > self._oom_seen, count
-        return killed
+    def _memory_events(self, reply: dict) -> tuple[bool, bool]:
+        """(OOM-killed, hit the memory limit) during this run, from the memory cgroup's counters.
+        The harness cannot tell: it sees a SIGKILL with no reason of its own, or a time limit
+        reached while the kernel reclaimed at the memory limit. Docker's State.OOMKilled does
+        not help either: it describes the container's main process, which the OOM killer spares.
+        A remote engine costs an exec per read, so it reads only after those two outcomes; a
+        limit hit by an earlier run of the same container that ended normally is then counted
+        for the next such run."""
+        suspect = (reply["reason"] in ("cpu", "timeout") or reply["exit_code"] == -signal.SIGXCPU
+                   or (reply["exit_code"] == -signal.SIGKILL and not reply["reason"]))
+        if self._memory_files is None and not suspect:
+            return False, False
+        (oom_seen, hits_seen), self._memory_seen = self._memory_seen, self._memory_counts()
+        return self._memory_seen[0] > oom_seen, self._memory_seen[1] > hits_seen
 
-    def _oom_count(self) -> int:
-        if self._oom_file is not None:  # a local engine: read the kernel's counter directly
-            return oom_kills(self._oom_file.read_text())
+    def _memory_counts(self) -> tuple[int, int]:
+        if self._memory_files is not None:  # a local engine: read the kernel's counters directly
+            return memory_counters("\n".join(f.read_text() for f in self._memory_files))
         # A remote engine: the container sees its own cgroup (v1 bind mount, v2 namespace).
         result = self._container.exec_run(["cat", "/sys/fs/cgroup/memory/memory.oom_control",
+                                           "/sys/fs/cgroup/memory/memory.failcnt",
                                            "/sys/fs/cgroup/memory.events"])
-        return oom_kills(result.output.decode(errors="replace"))
+        return memory_counters(result.output.decode(errors="replace"))

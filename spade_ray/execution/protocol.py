@@ -39,6 +39,11 @@ class Measured:
     peak_memory_mb: float | None = None
     cpu_s: float | None = None
     oom_killed: bool = False
+    # Usage reached the memory cgroup's limit during the run. Without swap the kernel then
+    # reclaims the group's file pages over and over before it OOM-kills, charged to the
+    # candidate as CPU time: one that grows its memory slowly can spend its whole CPU budget
+    # there (seen: a 1 MB-at-a-time grower hit the 2 s CPU limit in Docker on a loaded host).
+    memory_limit_hit: bool = False
 
 
 def address_space_mb(limits: Limits, memory_cgroup: bool) -> int:
@@ -125,6 +130,10 @@ def classify(reply: dict[str, Any], limits: Limits, measured: Measured) -> tuple
     if reason == "timeout":
         return ExecStatus.TIMEOUT, f"wall-clock limit of {limits.timeout_s} s reached"
     if reason == "cpu" or code == -signal.SIGXCPU:
+        if measured.memory_limit_hit:  # the kernel's reclaim at the limit is the CPU it burnt
+            return ExecStatus.MEMORY_LIMIT, (f"the {limits.memory_mb} MB memory limit was "
+                                             f"reached, then the CPU limit of {limits.cpu_s} s "
+                                             f"while the kernel reclaimed at it")
         return ExecStatus.TIMEOUT, f"CPU limit of {limits.cpu_s} s reached"
     if measured.oom_killed:
         return ExecStatus.MEMORY_LIMIT, f"OOM-killed at the {limits.memory_mb} MB memory limit"

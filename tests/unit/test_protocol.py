@@ -4,6 +4,7 @@ import signal
 
 import pytest
 
+from spade_ray.execution.docker_backend import memory_counters
 from spade_ray.execution.protocol import Measured, classify
 from spade_ray.records import ExecStatus, Limits
 
@@ -21,6 +22,11 @@ def reply(**overrides):
     ({"reason": "cpu", "exit_code": -9}, Measured(), ExecStatus.TIMEOUT),
     ({"exit_code": -signal.SIGXCPU}, Measured(), ExecStatus.TIMEOUT),
     ({"exit_code": -9}, Measured(oom_killed=True), ExecStatus.MEMORY_LIMIT),
+    # CPU burnt by the kernel's reclaim at the memory limit: the memory limit ended it
+    ({"reason": "cpu", "exit_code": -9}, Measured(memory_limit_hit=True), ExecStatus.MEMORY_LIMIT),
+    ({"exit_code": -signal.SIGXCPU}, Measured(memory_limit_hit=True), ExecStatus.MEMORY_LIMIT),
+    ({"reason": "timeout", "exit_code": -9}, Measured(memory_limit_hit=True),
+     ExecStatus.TIMEOUT),
     ({"exit_code": 1, "memory_error": True}, Measured(), ExecStatus.MEMORY_LIMIT),
     ({"reason": "output", "exit_code": -9}, Measured(), ExecStatus.OUTPUT_LIMIT),
     ({"exit_code": -signal.SIGXFSZ}, Measured(), ExecStatus.OUTPUT_LIMIT),
@@ -37,3 +43,12 @@ def test_classify(fields, measured, status):
 def test_timeout_wins_over_oom():
     got = classify(reply(reason="timeout", exit_code=-9), LIMITS, Measured(oom_killed=True))
     assert got[0] is ExecStatus.TIMEOUT
+
+
+@pytest.mark.parametrize("text, counters", [
+    ("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n7\n", (2, 7)),  # v1: oom_control, failcnt
+    ("low 0\nhigh 0\nmax 5\noom 1\noom_kill 1\noom_group_kill 0\n", (1, 5)),  # v2: events
+    ("cat: /sys/fs/cgroup/memory.events: No such file or directory\n", (0, 0)),
+])
+def test_memory_counters_read_v1_and_v2(text, counters):
+    assert memory_counters(text) == counters
