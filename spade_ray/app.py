@@ -86,7 +86,9 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
             if trains:
                 actor = cluster.start_learner(resolve_model(model.roles["solver"].model),
                                               training.learner_kwargs(learner))
-                ctx.trainer = training.Trainer.start(learner, actor, cluster.engines, run_dir)
+                heldout = [(p.prompt, p.canonical_solution) for p in ctx.validation_problems]
+                ctx.trainer = training.Trainer.start(learner, actor, cluster.engines, run_dir,
+                                                     heldout)
             metrics = loop.run(ctx)
     finally:
         sink.close()

@@ -94,7 +94,10 @@ class LearnerConfig:
     cpus: float = 1.0
     gpus: int = 0
     min_pairs_per_update: int = 8
-    gate_tolerance: float = 0.05
+    gate_tolerance: float = 0.05  # validation pass@1 drop that rejects an update
+    # drop in the mean token log-prob of held-out reference solutions (nats) that rejects an
+    # update; None: that gate signal is off
+    gate_logp_tolerance: float | None = None
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -105,6 +108,9 @@ def validate_learner(cfg: DictConfig | dict) -> LearnerConfig:
         raise ValueError(f"learner={learner.name!r}: use one of {LEARNERS}")
     if learner.min_pairs_per_update < 1 or learner.gate_tolerance < 0:
         raise ValueError("learner.min_pairs_per_update must be >= 1 and gate_tolerance >= 0")
+    if learner.gate_logp_tolerance is not None and learner.gate_logp_tolerance < 0:
+        raise ValueError(f"learner.gate_logp_tolerance must be >= 0 or null (off), got "
+                         f"{learner.gate_logp_tolerance}")
     return learner
 
 

@@ -254,11 +254,14 @@ class RoundMetrics:
     stage_s: tuple[tuple[str, float], ...]  # (stage, seconds)
     wall_s: float
     # "none" (learner=none), "buffering" (fewer pairs than an update needs), "accepted", or
-    # "rejected" (the validation gate rolled the update back)
+    # "rejected" (the gate rolled the update back: see rejected_by)
     update: str = "none"
     learner_step: int = 0
     learner_loss: float | None = None
     gate_pass_at_1: float | None = None  # validation pass@1 with the update's weights
+    # the policy's mean token log-prob on held-out reference solutions after the update
+    gate_heldout_logp: float | None = None
+    rejected_by: tuple[str, ...] = ()  # the gate signals that rejected the update
     new_task_candidates: int = 0  # what new_task_pass_rate is a fraction of
 
     @property

@@ -301,7 +301,8 @@ def round_metrics(ctx: Context, index: int, tally: Any, meters: dict[str, TokenM
     rates = tally.task_pass_rates
     learner = {} if learned is None else {
         "update": learned.update, "learner_step": learned.learner_step,
-        "learner_loss": learned.learner_loss, "gate_pass_at_1": learned.gate_pass_at_1}
+        "learner_loss": learned.learner_loss, "gate_pass_at_1": learned.gate_pass_at_1,
+        "gate_heldout_logp": learned.gate_heldout_logp, "rejected_by": learned.rejected_by}
     return RoundMetrics(
         run_id=ctx.run_id, round=index, generator_version=tally.generator_version,
         solver_version=tally.solver_version,
@@ -330,4 +331,7 @@ def round_line(m: RoundMetrics) -> str:
             f" | diversity {m.candidate_diversity:.2f} | tokens {m.tokens_generator}+"
             f"{m.tokens_solver} | sandbox {m.sandbox_cpu_s:.1f} cpu-s | {m.wall_s:.0f} s"
             + ("" if m.update == "none" else f" | update {m.update} (step {m.learner_step}"
-               + ("" if m.learner_loss is None else f", loss {m.learner_loss:.4f}") + ")"))
+               + ("" if m.learner_loss is None else f", loss {m.learner_loss:.4f}")
+               + ("" if m.gate_heldout_logp is None
+                  else f", held-out logp {m.gate_heldout_logp:.4f}")
+               + (f", by {'+'.join(m.rejected_by)}" if m.rejected_by else "") + ")"))

@@ -3,9 +3,13 @@
 After a round's pairs are built: the learner buffers them and, once it holds enough, updates
 the policy; the merged weights go to the rollout engines (one object-store copy on CPU) under
 the next version; the fixed validation subset is re-run with them, and an update that lowers
-pass@1 by more than the tolerance is rejected: the engines get the previous weights back (under
-a newer version: versions only increase) and the learner is restored from its last accepted
-checkpoint. Accepted updates are checkpointed (learner state + the version), which is what a
+pass@1 by more than `gate_tolerance` is rejected: the engines get the previous weights back
+(under a newer version: versions only increase) and the learner is restored from its last
+accepted checkpoint. A second gate signal needs no sampling: the policy's mean log-prob per
+token of the validation problems' reference solutions (held out: never trained on). An update
+that lowers it by more than `gate_logp_tolerance` nats is rejected too. It moves with every
+update, so it catches a harmful update also where pass@1 is 0 and cannot fall (a weak model, a
+small subset). Accepted updates are checkpointed (learner state + the version), which is what a
 resumed run restores.
 
 GPU clusters: the same flow; `RoleEngines.update_weights` is the seam where an NCCL broadcast
@@ -15,6 +19,7 @@ into vLLM engines replaces the object-store copy (see rollout/vllm_backend.py).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,21 +42,28 @@ class Trainer:
     served: ray.ObjectRef  # the weights the engines serve now (merged, HF names)
     accepted_checkpoint: str
     version: int = 0  # weights version the engines serve
+    heldout: tuple[tuple[str, str], ...] = ()  # (prompt, reference solution), never trained on
+    heldout_logp: float | None = None  # the accepted policy's mean token log-prob on `heldout`
 
     @classmethod
     def start(cls, config: LearnerConfig, actor: Any, engines: list[RoleEngines],
-              run_dir: Path) -> Trainer:
-        """`actor`: a LearnerActor built with `learner_kwargs(config)` (Cluster.start_learner)."""
+              run_dir: Path, heldout: Sequence[tuple[str, str]] = ()) -> Trainer:
+        """`actor`: a LearnerActor built with `learner_kwargs(config)` (Cluster.start_learner);
+        `heldout`: the log-prob gate's texts (the gate is off without them or a tolerance)."""
         checkpoints = run_dir / "checkpoints"
         # Step 0 is the first accepted state: a rejected first update rolls back to it.
         base = ray.get(actor.save_checkpoint.remote(str(checkpoints / "step_000000")))
-        return cls(config, actor, engines, checkpoints, actor.policy_state_dict.remote(), base)
+        trainer = cls(config, actor, engines, checkpoints, actor.policy_state_dict.remote(),
+                      base, heldout=tuple(heldout))
+        trainer.heldout_logp = trainer.measure_heldout()
+        return trainer
 
     def resume(self, state: dict[str, Any]) -> None:
         """Back to the last accepted update of a resumed run: learner state and engine weights."""
         if state.get("learner_checkpoint"):
             self.accepted_checkpoint = state["learner_checkpoint"]
             ray.get(self.actor.load_checkpoint.remote(self.accepted_checkpoint))
+            self.heldout_logp = self.measure_heldout()
             self.version = state["weights_version"]
             if self.version:
                 self.served = self.actor.policy_state_dict.remote()
@@ -65,6 +77,12 @@ class Trainer:
         method = self.actor.dpo_update if self.config.name == "dpo" else self.actor.grpo_update
         return ray.get(method.remote(items))
 
+    def measure_heldout(self) -> float | None:
+        """The learner's current mean token log-prob on `heldout` (None when the gate is off)."""
+        if not self.heldout or self.config.gate_logp_tolerance is None:
+            return None
+        return ray.get(self.actor.mean_token_logp.remote(list(self.heldout)))
+
     def publish_update(self) -> ray.ObjectRef:
         """Send the updated policy to the engines; returns the previous weights (for rollback)."""
         previous, self.served = self.served, self.actor.policy_state_dict.remote()
@@ -72,7 +90,8 @@ class Trainer:
         self._publish(self.served, self.version)
         return previous
 
-    def accept(self) -> None:
+    def accept(self, heldout_logp: float | None) -> None:
+        self.heldout_logp = heldout_logp
         step = ray.get(self.actor.step.remote())
         self.accepted_checkpoint = ray.get(
             self.actor.save_checkpoint.remote(str(self.checkpoints / f"step_{step:06d}")))
@@ -101,6 +120,8 @@ class LearnOutcome:
     learner_step: int
     learner_loss: float | None = None
     gate_pass_at_1: float | None = None
+    gate_heldout_logp: float | None = None
+    rejected_by: tuple[str, ...] = ()  # the gate signals that fell: "pass_at_1", "heldout_logp"
 
 
 def learn(trainer: Trainer, items: list, before_pass_at_1: float | None, validate
@@ -113,15 +134,21 @@ def learn(trainer: Trainer, items: list, before_pass_at_1: float | None, validat
     previous = trainer.publish_update()
     gate = validate()
     gate_pass = gate.pass_at_k[1] if gate is not None else None
+    before_logp, logp = trainer.heldout_logp, trainer.measure_heldout()
+    rejected_by = []
     if (gate_pass is not None and before_pass_at_1 is not None
             and gate_pass < before_pass_at_1 - trainer.config.gate_tolerance):
+        rejected_by.append("pass_at_1")
+    if (logp is not None and before_logp is not None
+            and logp < before_logp - trainer.config.gate_logp_tolerance):
+        rejected_by.append("heldout_logp")
+    if rejected_by:
         trainer.reject(previous)
-        verdict = "rejected"
     else:
-        trainer.accept()
-        verdict = "accepted"
-    return LearnOutcome(verdict, ray.get(trainer.actor.step.remote()), stats.get("loss"),
-                        gate_pass)
+        trainer.accept(logp)
+    return LearnOutcome("rejected" if rejected_by else "accepted",
+                        ray.get(trainer.actor.step.remote()), stats.get("loss"), gate_pass, logp,
+                        tuple(rejected_by))
 
 
 def group_for(prompt: str, programs: list[str], rewards: list[float], task_id: str

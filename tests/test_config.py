@@ -63,3 +63,12 @@ def test_every_experiment_composes_and_validates(experiment):
         deepspeed_config(kwargs["deepspeed_config"], lr=1e-5, weight_decay=0.0, max_grad_norm=1.0,
                          micro_batch_size=1, grad_accum=1, bf16=True)
     assert cfg.run_name == experiment
+
+
+@pytest.mark.parametrize("field, value", [("min_pairs_per_update", 0), ("gate_tolerance", -0.1),
+                                          ("gate_logp_tolerance", -0.01), ("name", "ppo")])
+def test_a_bad_learner_setting_is_named(field, value):
+    from spade_ray.config import validate_learner
+
+    with pytest.raises(ValueError, match=field if field != "name" else "learner='ppo'"):
+        validate_learner({"name": "dpo", field: value})

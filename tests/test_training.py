@@ -1,5 +1,6 @@
 """The learn stage with a real learner actor and real engines (tiny model): publish, gate,
-roll back, resume. The validation figure is injected so the gate's two paths are exact."""
+roll back, resume. The validation pass@1 is injected so the pass@1 gate's two paths are exact;
+the held-out log-prob gate is measured for real."""
 
 import dataclasses
 
@@ -97,3 +98,26 @@ def test_resume_restores_the_last_accepted_state(setup, tiny_model):
         again = restarted["solver"].generate(["def add(a, b):"], GREEDY).completions[0][0]
     assert fresh.version == trainer.version
     assert again.text == served and again.weights_version == trainer.version
+
+
+def test_an_update_that_unlearns_held_out_solutions_is_rejected(setup):
+    trainer, cluster = setup
+    solver = cluster["solver"]
+    gated = dataclasses.replace(
+        trainer, config=dataclasses.replace(trainer.config, gate_logp_tolerance=0.1),
+        heldout=(("def add(a, b):", "\n    return a + b\n"),),
+        accepted_checkpoint=str(trainer.checkpoints / "step_000000"))
+    ray.get(gated.actor.load_checkpoint.remote(gated.accepted_checkpoint))  # a fresh learner
+    before = gated.heldout_logp = gated.measure_heldout()
+
+    good = learn(gated, pairs(2), 0.5, scored(0.5))  # prefers the held-out solution
+    assert good.update == "accepted" and good.gate_heldout_logp > before
+    assert gated.heldout_logp == good.gate_heldout_logp  # the new accepted baseline
+    served = solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text
+
+    harmful = [dataclasses.replace(p, chosen=p.rejected, rejected=p.chosen) for p in pairs(4)]
+    bad = learn(gated, harmful, 0.5, scored(0.5))  # pass@1 holds: only the log-prob falls
+    assert bad.update == "rejected" and bad.rejected_by == ("heldout_logp",)
+    assert bad.gate_heldout_logp < gated.heldout_logp - 0.1
+    assert solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text == served
+    assert gated.measure_heldout() == pytest.approx(gated.heldout_logp, abs=1e-5)

@@ -34,6 +34,9 @@ class LearnerActor:
     def grpo_update(self, groups: Sequence[CompletionGroup]) -> dict[str, float] | None:
         return self.learner.grpo_update(groups)
 
+    def mean_token_logp(self, texts: Sequence[tuple[str, str]]) -> float:
+        return self.learner.mean_token_logp(texts)
+
     def policy_state_dict(self) -> dict[str, torch.Tensor]:
         return self.learner.policy_state_dict()
 

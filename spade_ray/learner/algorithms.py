@@ -74,10 +74,7 @@ class MicroBatch:
     items: int
 
     def to(self, device: torch.device) -> MicroBatch:
-        t = self.tokens
-        return MicroBatch(TokenBatch(t.input_ids.to(device), t.attention_mask.to(device),
-                                     t.completion_mask.to(device)), self.values.to(device),
-                          self.items)
+        return MicroBatch(self.tokens.to(device), self.values.to(device), self.items)
 
 
 class Algorithm(Protocol):

@@ -35,7 +35,7 @@ from spade_ray.learner.checkpoint import (
 )
 from spade_ray.learner.engines import DeepSpeedEngine, TorchEngine, TrainEngine, bf16_supported
 from spade_ray.learner.engines import deepspeed_config as ds_config
-from spade_ray.learner.logprobs import CausalLM, pad_id
+from spade_ray.learner.logprobs import CausalLM, collate, encode, pad_id, sequence_logps
 from spade_ray.learner.weights import (
     is_lora,
     load_policy,
@@ -70,6 +70,7 @@ class Learner:
             DPO(self.tokenizer, max_length, beta, label_smoothing, dpo_loss_type)
             if algorithm == "dpo" else GRPO(self.tokenizer, max_length, clip_eps, kl_coef))
         self.micro_batch_size = micro_batch_size
+        self.max_length = max_length
         self.items_per_step = micro_batch_size * grad_accum
         self.min_items = max(min_pairs_per_update, self.items_per_step)
         self.identity = {"algorithm": algorithm, "lora_rank": lora_rank,
@@ -150,6 +151,27 @@ class Learner:
         self.step += 1
         return {**totals, "lr": lr, "grad_norm": float("nan") if grad_norm is None
                 else grad_norm}
+
+    @torch.no_grad()
+    def mean_token_logp(self, texts: Sequence[tuple[str, str]], batch_size: int = 4) -> float:
+        """The policy's mean log-prob per completion token over (context, completion) texts.
+
+        The update gate's second signal: on held-out reference solutions (the validation
+        problems' canonical ones, never trained on) it moves with every update, also where
+        pass@1 sits at 0 and cannot fall, and a harmful update shows as a drop.
+        """
+        if not texts:
+            raise ValueError("mean_token_logp needs at least one (context, completion)")
+        encoded = sorted((encode(self.tokenizer, c, t, self.max_length) for c, t in texts),
+                         key=lambda e: len(e[0]) + len(e[1]))
+        total = count = 0.0
+        for start in range(0, len(encoded), batch_size):
+            batch = collate(encoded[start:start + batch_size], pad_id(self.tokenizer))
+            with self.engine.compute():
+                logps, tokens = sequence_logps(self.policy, batch.to(self.engine.device))
+            total += float(logps.sum())
+            count += float(tokens.sum())
+        return total / count
 
     def policy_state_dict(self) -> dict[str, torch.Tensor]:
         """Merged weights under plain HF names (LoRA folded in; the adapters are untouched)."""

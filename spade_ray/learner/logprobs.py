@@ -40,6 +40,10 @@ class TokenBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def to(self, device: torch.device) -> TokenBatch:
+        return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device),
+                          self.completion_mask.to(device))
+
 
 def split_program(prompt: str, program: str) -> tuple[str, str]:
     """(context, completion) to score for a candidate program written after `prompt`."""

@@ -150,6 +150,15 @@ def wandb_payload(m: RoundMetrics) -> dict[str, float]:
     if m.validation_pass_at_1 is not None:
         payload["validation/pass_at_1"] = m.validation_pass_at_1
         payload["validation/problems"] = m.validation_problems
+    if m.update != "none":
+        payload["learner/step"] = m.learner_step
+        payload["learner/accepted"] = float(m.update == "accepted")
+        payload["learner/rejected"] = float(m.update == "rejected")
+        for key, value in (("learner/loss", m.learner_loss),
+                           ("learner/gate_pass_at_1", m.gate_pass_at_1),
+                           ("learner/gate_heldout_logp", m.gate_heldout_logp)):
+            if value is not None:
+                payload[key] = value
     payload.update({f"rejections/{reason}": n for reason, n in m.rejection_reasons})
     payload.update({f"time/{stage}_s": s for stage, s in m.stage_s})
     return payload

@@ -28,7 +28,7 @@ def test_dpo_steps_raise_the_margin_and_lower_the_loss(tiny_model, pairs, lora_r
 def test_activation_checkpointing_changes_memory_not_the_arithmetic(tiny_model, pairs):
     plain, plain_history = dpo_run(tiny_model, pairs, steps=2)
     recomputed, history = dpo_run(tiny_model, pairs, steps=2, activation_checkpointing=True)
-    assert recomputed.engine.module.is_gradient_checkpointing
+    assert recomputed.engine.module.is_activation_checkpointing
     assert [h["loss"] for h in history] == pytest.approx([h["loss"] for h in plain_history],
                                                          abs=1e-6)
     for (name, a), b in zip(plain.engine.module.named_parameters(),
@@ -106,3 +106,37 @@ def test_grpo_update_runs_and_moves_the_policy(tiny_model):
     after = learner.policy_state_dict()
     assert stats["step"] == 1 and stats["ratio_mean"] == pytest.approx(1.0)
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_mean_token_logp_is_the_per_token_mean_over_all_texts(tiny_model, pairs):
+    learner = Learner(tiny_model, **FAST)
+    texts = [(p.prompt, p.chosen) for p in pairs] + [("", "def f():\n    return 1\n")]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    total = tokens = 0.0
+    with torch.no_grad():
+        for context, completion in texts:  # the textbook sum, one text at a time
+            prompt_ids = tokenizer(context)["input_ids"] or [tokenizer.bos_token_id or 0]
+            completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+            ids = torch.tensor([prompt_ids + completion_ids])
+            logps = base(ids).logits[0, :-1].log_softmax(-1)
+            positions = range(len(prompt_ids) - 1, ids.shape[1] - 1)
+            total += sum(float(logps[i, ids[0, i + 1]]) for i in positions)
+            tokens += len(completion_ids)
+    # At step 0 the LoRA policy is the base model.
+    assert learner.mean_token_logp(texts) == pytest.approx(total / tokens, abs=1e-4)
+    assert learner.mean_token_logp(texts, batch_size=1) == pytest.approx(total / tokens,
+                                                                         abs=1e-4)
+    with pytest.raises(ValueError, match="at least one"):
+        learner.mean_token_logp([])
+
+
+def test_dpo_widens_the_chosen_over_rejected_mean_token_logp_gap(tiny_model, pairs):
+    learner = Learner(tiny_model, **FAST)
+    chosen, rejected = ([(p.prompt, getattr(p, side)) for p in pairs]
+                        for side in ("chosen", "rejected"))
+    before = learner.mean_token_logp(chosen), learner.mean_token_logp(rejected)
+    for _ in range(STEPS):
+        learner.dpo_update(pairs)
+    after = learner.mean_token_logp(chosen), learner.mean_token_logp(rejected)
+    assert after[0] - after[1] > before[0] - before[1] + 0.1

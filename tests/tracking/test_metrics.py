@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import logging
 import re
@@ -117,6 +118,18 @@ def test_wandb_payload_carries_stages_and_rejections_and_skips_unmeasured_pass_a
     payload = wandb_payload(f.metrics(0, pass_at_1=None))
     assert payload["time/solve_s"] == 8.0 and payload["rejections/no tests"] == 1
     assert "validation/pass_at_1" not in payload
+
+
+def test_wandb_payload_carries_the_learner_and_its_gate_only_when_a_learner_ran():
+    assert not [k for k in wandb_payload(f.metrics(0)) if k.startswith("learner/")]
+    rejected = dataclasses.replace(f.metrics(1), update="rejected", learner_step=3,
+                                   learner_loss=0.61, gate_pass_at_1=0.1,
+                                   gate_heldout_logp=-1.25, rejected_by=("heldout_logp",))
+    payload = wandb_payload(rejected)
+    assert payload["learner/step"] == 3 and payload["learner/loss"] == 0.61
+    assert payload["learner/rejected"] == 1.0 and payload["learner/accepted"] == 0.0
+    assert payload["learner/gate_pass_at_1"] == 0.1
+    assert payload["learner/gate_heldout_logp"] == -1.25
 
 
 def test_summary_table_has_a_row_per_round_and_the_top_rejections():
