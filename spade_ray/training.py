@@ -79,9 +79,13 @@ class Trainer:
 
     def measure_heldout(self) -> float | None:
         """The learner's current mean token log-prob on `heldout` (None when the gate is off)."""
+        pending = self._heldout_pending()
+        return None if pending is None else ray.get(pending)
+
+    def _heldout_pending(self) -> ray.ObjectRef | None:
         if not self.heldout or self.config.gate_logp_tolerance is None:
             return None
-        return ray.get(self.actor.mean_token_logp.remote(list(self.heldout)))
+        return self.actor.mean_token_logp.remote(list(self.heldout))
 
     def publish_update(self) -> ray.ObjectRef:
         """Send the updated policy to the engines; returns the previous weights (for rollback)."""
@@ -132,9 +136,10 @@ def learn(trainer: Trainer, items: list, before_pass_at_1: float | None, validat
     if stats is None:
         return LearnOutcome("buffering", ray.get(trainer.actor.step.remote()))
     previous = trainer.publish_update()
+    pending = trainer._heldout_pending()  # on the learner's CPUs while the engines validate
     gate = validate()
     gate_pass = gate.pass_at_k[1] if gate is not None else None
-    before_logp, logp = trainer.heldout_logp, trainer.measure_heldout()
+    before_logp, logp = trainer.heldout_logp, None if pending is None else ray.get(pending)
     rejected_by = []
     if (gate_pass is not None and before_pass_at_1 is not None
             and gate_pass < before_pass_at_1 - trainer.config.gate_tolerance):
