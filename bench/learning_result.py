@@ -1,6 +1,7 @@
 """What a run learnt: HumanEval pass@1 of the base model and of the run's last accepted weights,
-and the new-task pass rate of its first and last rounds, each with its sample count and a 95%
-confidence interval.
+the new-task pass rate of its first and last rounds, each with its sample count and a 95%
+confidence interval, and the held-out log-prob per token of the canonical solutions (the
+update gate's signal) for both models.
 
 The validation figure is re-measured here on more problems than the run's per-round subset:
 both models, the same problems, the same sampling (greedy by default, so one sample per problem
@@ -21,6 +22,7 @@ import math
 import random
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from spade_ray.records import RoundMetrics, from_dict
@@ -40,13 +42,29 @@ def wilson(passed: int, total: int) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def paired_bootstrap(before: list[float], after: list[float], seed: int = 0
+def paired_bootstrap(statistic: Callable[[list[int]], float], count: int, seed: int = 0
                      ) -> tuple[float, float]:
-    """95% percentile interval of mean(after - before), resampling problems."""
+    """95% percentile interval of `statistic(indices)` over problem indices resampled with
+    replacement (both models are scored on the same problems: the change is judged per
+    problem)."""
     rng = random.Random(seed)
-    diffs = [a - b for a, b in zip(after, before)]
-    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(BOOTSTRAP))
-    return (means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1])
+    values = sorted(statistic([rng.randrange(count) for _ in range(count)])
+                    for _ in range(BOOTSTRAP))
+    return (values[int(0.025 * BOOTSTRAP)], values[int(0.975 * BOOTSTRAP) - 1])
+
+
+def heldout_logps(model_path: str, problems: list) -> list[tuple[float, int]]:
+    """Per problem: the model's summed log-prob of the canonical solution after the prompt and
+    its token count (float32; what the learner's update gate measures on the run's subset)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from spade_ray.learner.logprobs import text_logps
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    return text_logps(model, tokenizer, [(p.prompt, p.canonical_solution) for p in problems],
+                      max_length=1024)
 
 
 def read_run(run_dir: Path) -> tuple[list[RoundMetrics], str | None]:
@@ -109,10 +127,15 @@ def main() -> int:
     if not trained:
         print("\nno update was accepted in this run: the final weights are the base model's")
         return 0
+    from spade_ray.evaluation.humaneval import load_problems
+
+    problems = load_problems(args.problems if args.problems < 164 else None)
     with tempfile.TemporaryDirectory() as tmp:
         final = merged_model(base, Path(checkpoint), Path(tmp) / "final")
+        models = (("base", base), ("final", final))
+        scored = {name: heldout_logps(path, problems) for name, path in models}
         results = {name: evaluate_model(path, args.problems, args.samples, args.max_tokens)
-                   for name, path in (("base", base), ("final", final))}
+                   for name, path in models}
     ids = sorted(results["base"].passed_per_problem)
     per = {name: [r.passed_per_problem[i] / args.samples for i in ids]
            for name, r in results.items()}
@@ -126,11 +149,27 @@ def main() -> int:
         print(f"  {name:<6} {r.pass_at_k[1]:.3f} ({passed}/{total})  95% CI [{low:.3f}, "
               f"{high:.3f}]  syntax errors {r.syntax_errors}")
     change = results["final"].pass_at_k[1] - results["base"].pass_at_k[1]
-    low, high = paired_bootstrap(per["base"], per["final"])
+    low, high = paired_bootstrap(
+        lambda idx: sum(per["final"][i] - per["base"][i] for i in idx) / len(idx), len(ids))
     gained = sum(a > b for a, b in zip(per["final"], per["base"]))
     lost = sum(a < b for a, b in zip(per["final"], per["base"]))
     print(f"  change {change:+.3f}  95% CI [{low:+.3f}, {high:+.3f}] (paired bootstrap over "
           f"problems); problems gained {gained}, lost {lost}")
+
+    tokens = [count for _, count in scored["base"]]
+    print(f"\nheld-out log-prob per token of the canonical solutions ({len(problems)} problems, "
+          f"{sum(tokens)} tokens; the update gate's signal)")
+
+    def mean(name: str, idx: list[int]) -> float:
+        return sum(scored[name][i][0] for i in idx) / sum(tokens[i] for i in idx)
+
+    every = list(range(len(problems)))
+    for name in scored:
+        print(f"  {name:<6} {mean(name, every):.4f}")
+    low, high = paired_bootstrap(lambda idx: mean("final", idx) - mean("base", idx),
+                                 len(problems))
+    print(f"  change {mean('final', every) - mean('base', every):+.4f}  95% CI [{low:+.4f}, "
+          f"{high:+.4f}] (paired bootstrap over problems)")
     return 0
 
 

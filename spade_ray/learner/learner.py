@@ -35,7 +35,7 @@ from spade_ray.learner.checkpoint import (
 )
 from spade_ray.learner.engines import DeepSpeedEngine, TorchEngine, TrainEngine, bf16_supported
 from spade_ray.learner.engines import deepspeed_config as ds_config
-from spade_ray.learner.logprobs import CausalLM, collate, encode, pad_id, sequence_logps
+from spade_ray.learner.logprobs import CausalLM, pad_id, text_logps
 from spade_ray.learner.weights import (
     is_lora,
     load_policy,
@@ -152,7 +152,6 @@ class Learner:
         return {**totals, "lr": lr, "grad_norm": float("nan") if grad_norm is None
                 else grad_norm}
 
-    @torch.no_grad()
     def mean_token_logp(self, texts: Sequence[tuple[str, str]], batch_size: int = 4) -> float:
         """The policy's mean log-prob per completion token over (context, completion) texts.
 
@@ -160,18 +159,13 @@ class Learner:
         problems' canonical ones, never trained on) it moves with every update, also where
         pass@1 sits at 0 and cannot fall, and a harmful update shows as a drop.
         """
-        if not texts:
-            raise ValueError("mean_token_logp needs at least one (context, completion)")
-        encoded = sorted((encode(self.tokenizer, c, t, self.max_length) for c, t in texts),
-                         key=lambda e: len(e[0]) + len(e[1]))
-        total = count = 0.0
-        for start in range(0, len(encoded), batch_size):
-            batch = collate(encoded[start:start + batch_size], pad_id(self.tokenizer))
-            with self.engine.compute():
-                logps, tokens = sequence_logps(self.policy, batch.to(self.engine.device))
-            total += float(logps.sum())
-            count += float(tokens.sum())
-        return total / count
+        scored = text_logps(self.policy, self.tokenizer, texts, self.max_length, batch_size,
+                            self.engine.device, self.engine.compute)
+        tokens = sum(count for _, count in scored)
+        if not tokens:
+            raise ValueError("mean_token_logp needs at least one (context, completion) with a "
+                             "completion token")
+        return sum(total for total, _ in scored) / tokens
 
     def policy_state_dict(self) -> dict[str, torch.Tensor]:
         """Merged weights under plain HF names (LoRA folded in; the adapters are untouched)."""

@@ -20,6 +20,7 @@ batch; the output head runs only at completion positions, in chunks (`token_logp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -170,6 +171,26 @@ def sequence_logps(model: nn.Module | CausalLM, batch: TokenBatch) -> tuple[Tens
     """Summed completion log-probs [B] and completion token counts [B], one forward."""
     logps, mask = token_logps(model, batch)
     return logps.sum(dim=1), mask.sum(dim=1)
+
+
+@torch.no_grad()
+def text_logps(model: nn.Module | CausalLM, tokenizer: Any, texts: Sequence[tuple[str, str]],
+               max_length: int, batch_size: int = 4, device: torch.device | str = "cpu",
+               compute: Callable[[], Any] = contextlib.nullcontext) -> list[tuple[float, int]]:
+    """(summed completion log-prob, completion tokens) per (context, completion) text, in the
+    texts' order; batched by length. `compute`: the engine's autocast context, if any."""
+    encoded = [encode(tokenizer, context, completion, max_length)
+               for context, completion in texts]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]) + len(encoded[i][1]))
+    out: list[tuple[float, int]] = [(0.0, 0)] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        batch = collate([encoded[i] for i in rows], pad_id(tokenizer)).to(device)
+        with compute():
+            sums, counts = sequence_logps(model, batch)
+        for i, total, count in zip(rows, sums.tolist(), counts.tolist()):
+            out[i] = (total, int(count))
+    return out
 
 
 def pad_id(tokenizer: Any) -> int:

@@ -127,8 +127,9 @@ def test_mean_token_logp_is_the_per_token_mean_over_all_texts(tiny_model, pairs)
     assert learner.mean_token_logp(texts) == pytest.approx(total / tokens, abs=1e-4)
     assert learner.mean_token_logp(texts, batch_size=1) == pytest.approx(total / tokens,
                                                                          abs=1e-4)
-    with pytest.raises(ValueError, match="at least one"):
-        learner.mean_token_logp([])
+    for nothing in ([], [("def f():", "")]):
+        with pytest.raises(ValueError, match="at least one"):
+            learner.mean_token_logp(nothing)
 
 
 def test_dpo_widens_the_chosen_over_rejected_mean_token_logp_gap(tiny_model, pairs):
