@@ -26,7 +26,7 @@ from spade_ray.learner.logprobs import (
     split_program,
     token_logps,
 )
-from spade_ray.learner.losses import dpo_loss, group_advantages, grpo_loss
+from spade_ray.learner.losses import dpo_loss, group_advantages, grpo_loss, nll_per_token
 from spade_ray.records import PreferencePair
 
 Model = nn.Module | CausalLM  # what token_logps scores with
@@ -118,6 +118,12 @@ class DPO:
     beta: float = 0.1
     label_smoothing: float = 0.0
     loss_type: str = "sigmoid"
+    rpo_alpha: float = 0.0  # weight of the chosen completions' NLL per token (RPO); 0 = DPO
+
+    def __post_init__(self) -> None:
+        if self.rpo_alpha < 0:
+            raise ValueError(f"rpo_alpha weighs an NLL term: it must be >= 0, got "
+                             f"{self.rpo_alpha}")
 
     def encode(self, item: PreferencePair) -> EncodedItem:
         rows = []
@@ -126,22 +132,28 @@ class DPO:
             rows.append(encode(self.tokenizer, context, completion, self.max_length))
         return EncodedItem(tuple(rows), (0.0, 0.0))
 
-    def _logps(self, model: Model, batch: MicroBatch) -> Tensor:
+    def _logps(self, model: Model, batch: MicroBatch) -> tuple[Tensor, Tensor, Tensor]:
+        """(what the DPO loss compares, summed log-probs, token counts), each [2 * items]."""
         logps, mask = token_logps(model, batch.tokens)
-        total = logps.sum(dim=1)
+        total, tokens = logps.sum(dim=1), mask.sum(dim=1)
         if self.loss_type == "ipo":
-            return total / mask.sum(dim=1).clamp(min=1)
-        return total
+            return total / tokens.clamp(min=1), total, tokens
+        return total, total, tokens
 
     def reference(self, model: Model, batch: MicroBatch) -> Tensor:
-        return self._logps(model, batch).detach()
+        return self._logps(model, batch)[0].detach()
 
     def loss(self, model: Model, batch: MicroBatch, reference: Tensor
              ) -> tuple[Tensor, dict[str, float]]:
-        logps = self._logps(model, batch)
+        scores, total, tokens = self._logps(model, batch)
         n = batch.items
-        return dpo_loss(logps[:n], logps[n:], reference[:n], reference[n:], self.beta,
-                        self.label_smoothing, self.loss_type)
+        loss, stats = dpo_loss(scores[:n], scores[n:], reference[:n], reference[n:], self.beta,
+                               self.label_smoothing, self.loss_type)
+        if self.rpo_alpha:
+            nll = nll_per_token(total[:n], tokens[:n])
+            loss = loss + self.rpo_alpha * nll
+            stats.update(dpo_loss=stats["loss"], nll_chosen=nll.item(), loss=loss.item())
+        return loss, stats
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,6 +52,7 @@ class Learner:
     def __init__(self, model_path: str, algorithm: str = "dpo", lora_rank: int = 16,
                  lora_alpha: int | None = None, lr: float = 5e-5, beta: float = 0.1,
                  label_smoothing: float = 0.0, dpo_loss_type: str = "sigmoid",
+                 rpo_alpha: float = 0.0,
                  clip_eps: float = 0.2, kl_coef: float = 0.04, weight_decay: float = 0.0,
                  warmup_steps: int = 0, max_grad_norm: float = 1.0,
                  deepspeed_config: str | None = None, bf16: bool | None = None,
@@ -67,7 +68,7 @@ class Learner:
         self.algorithm_name = algorithm
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.algorithm: Algorithm = (
-            DPO(self.tokenizer, max_length, beta, label_smoothing, dpo_loss_type)
+            DPO(self.tokenizer, max_length, beta, label_smoothing, dpo_loss_type, rpo_alpha)
             if algorithm == "dpo" else GRPO(self.tokenizer, max_length, clip_eps, kl_coef))
         self.micro_batch_size = micro_batch_size
         self.max_length = max_length

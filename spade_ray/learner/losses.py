@@ -1,11 +1,11 @@
 """Preference and policy-gradient losses, pure torch: no model, no tokenizer, no engine.
 
-Scope: DPO (sigmoid, conservative/label-smoothed, IPO), GRPO's group-relative advantages and its
-clipped, KL-regularised per-token objective. Every function takes log-probabilities the caller
-computed (spade_ray.learner.logprobs) and returns a scalar loss to minimise plus detached
-statistics. Non-goals: PPO with a learned critic (GAE advantages would replace
-`group_advantages`; `grpo_loss` is already PPO's clipped surrogate), length normalisation choices
-beyond the ones documented per function.
+Scope: DPO (sigmoid, conservative/label-smoothed, IPO), the NLL term RPO adds to it, GRPO's
+group-relative advantages and its clipped, KL-regularised per-token objective. Every function
+takes log-probabilities the caller computed (spade_ray.learner.logprobs) and returns a scalar
+loss to minimise (plus detached statistics). Non-goals: PPO with a learned critic (GAE
+advantages would replace `group_advantages`; `grpo_loss` is already PPO's clipped surrogate),
+length normalisation choices beyond the ones documented per function.
 """
 
 from __future__ import annotations
@@ -68,6 +68,18 @@ def dpo_loss(policy_chosen_logps: Tensor, policy_rejected_logps: Tensor,
         "logratio_margin": h.detach().mean().item(),  # margin / beta: comparable across betas
     }
     return losses.mean(), stats
+
+
+def nll_per_token(completion_logps: Tensor, completion_tokens: Tensor) -> Tensor:
+    """The completions' negative log-likelihood per token, pooled over the batch: -sum log pi /
+    tokens for summed log-probs [B] and token counts [B].
+
+    Added to DPO with a weight alpha on the chosen completions it is RPO (Pang et al. 2024,
+    "Iterative Reasoning Preference Optimization", eq. 1; TRL's `rpo_alpha`): plain DPO may lower
+    the likelihood of the chosen completions along with the rejected ones, and the NLL term
+    holds it up."""
+    _same_shape(completion_logps, completion_tokens)
+    return -completion_logps.sum() / completion_tokens.sum().clamp(min=1)
 
 
 def group_advantages(rewards: Tensor, eps: float = 1e-4) -> Tensor:

@@ -141,3 +141,18 @@ def test_dpo_widens_the_chosen_over_rejected_mean_token_logp_gap(tiny_model, pai
         learner.dpo_update(pairs)
     after = learner.mean_token_logp(chosen), learner.mean_token_logp(rejected)
     assert after[0] - after[1] > before[0] - before[1] + 0.1
+
+
+def test_rpo_adds_the_chosen_nll_and_holds_the_chosen_likelihood_up(tiny_model, pairs):
+    from spade_ray.learner.logprobs import split_program
+
+    chosen = [split_program(p.prompt, p.chosen) for p in pairs]
+    rpo, history = dpo_run(tiny_model, pairs, rpo_alpha=1.0)
+    nll = -Learner(tiny_model, **FAST).mean_token_logp(chosen)  # step 0: policy == base
+    # equal-length chosen programs: the micro-batches' pooled NLLs average to the batch's
+    assert history[0]["dpo_loss"] == pytest.approx(0.6931, abs=1e-4)
+    assert history[0]["loss"] == pytest.approx(0.6931 + nll, abs=1e-3)
+    plain, _ = dpo_run(tiny_model, pairs)
+    assert rpo.mean_token_logp(chosen) > plain.mean_token_logp(chosen) + 0.05
+    with pytest.raises(ValueError, match="rpo_alpha"):
+        Learner(tiny_model, **FAST, rpo_alpha=-1.0)

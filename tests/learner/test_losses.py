@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from spade_ray.learner.losses import dpo_loss, group_advantages, grpo_loss
+from spade_ray.learner.losses import dpo_loss, group_advantages, grpo_loss, nll_per_token
 
 # h = (log pi_w - log ref_w) - (log pi_l - log ref_l) = (-1 + 2) - (-3 + 2) = 2
 PC, PR, RC, RR = (torch.tensor([v]) for v in (-1.0, -3.0, -2.0, -2.0))
@@ -36,6 +36,12 @@ def test_dpo_gradient_pushes_chosen_up_and_rejected_down():
     sig = 1 / (1 + math.exp(1.0))  # d/dh -log sigmoid(beta h) = -beta sigmoid(-beta h)
     assert chosen.grad.item() == pytest.approx(-0.5 * sig)
     assert rejected.grad.item() == pytest.approx(0.5 * sig)
+
+
+def test_nll_per_token_pools_the_batch_tokens():
+    # two completions: log-probs -6 over 3 tokens and -2 over 1 token: 8 nats over 4 tokens
+    nll = nll_per_token(torch.tensor([-6.0, -2.0]), torch.tensor([3, 1]))
+    assert nll.item() == pytest.approx(2.0)
 
 
 def test_group_advantages_are_normalised_within_each_group():
