@@ -112,15 +112,7 @@ def main() -> int:
         f"r{m.round} {m.validation_pass_at_1:.3f}/{m.validation_problems}"
         for m in metrics if m.validation_pass_at_1 is not None))
 
-    first, last = metrics[0], metrics[-1]
-    print("\nnew-task pass rate (candidates on the round's own valid generated tasks)")
-    for label, m in (("first round", first), ("last round", last)):
-        n = m.new_task_candidates
-        passed = round(m.new_task_pass_rate * n)
-        low, high = wilson(passed, n)
-        print(f"  {label:<12} round {m.round}: " + (
-            f"{passed}/{n} = {passed / n:.3f}  95% CI [{low:.3f}, {high:.3f}]" if n else
-            f"no candidates (tasks valid {m.tasks_valid}/{m.tasks_proposed}): not measurable"))
+    report_new_task_pass_rate(metrics[0], metrics[-1])
 
     base = resolve_model(args.model)
     trained = checkpoint and Path(checkpoint).name != "step_000000"
@@ -136,12 +128,29 @@ def main() -> int:
         scored = {name: heldout_logps(path, problems) for name, path in models}
         results = {name: evaluate_model(path, args.problems, args.samples, args.max_tokens)
                    for name, path in models}
+    report_pass_at_1(results, args.samples, args.max_tokens)
+    report_heldout(scored)
+    return 0
+
+
+def report_new_task_pass_rate(first: RoundMetrics, last: RoundMetrics) -> None:
+    print("\nnew-task pass rate (candidates on the round's own valid generated tasks)")
+    for label, m in (("first round", first), ("last round", last)):
+        n = m.new_task_candidates
+        passed = round(m.new_task_pass_rate * n)
+        low, high = wilson(passed, n)
+        print(f"  {label:<12} round {m.round}: " + (
+            f"{passed}/{n} = {passed / n:.3f}  95% CI [{low:.3f}, {high:.3f}]" if n else
+            f"no candidates (tasks valid {m.tasks_valid}/{m.tasks_proposed}): not measurable"))
+
+
+def report_pass_at_1(results: dict, samples: int, max_tokens: int) -> None:
     ids = sorted(results["base"].passed_per_problem)
-    per = {name: [r.passed_per_problem[i] / args.samples for i in ids]
+    per = {name: [r.passed_per_problem[i] / samples for i in ids]
            for name, r in results.items()}
-    total = len(ids) * args.samples
-    print(f"\nHumanEval pass@1, {len(ids)} problems x {args.samples} sample(s) "
-          f"({'greedy' if args.samples == 1 else 'temperature 0.8'}, max {args.max_tokens} "
+    total = len(ids) * samples
+    print(f"\nHumanEval pass@1, {len(ids)} problems x {samples} sample(s) "
+          f"({'greedy' if samples == 1 else 'temperature 0.8'}, max {max_tokens} "
           "tokens), local sandbox")
     for name, r in results.items():
         passed = sum(r.passed_per_problem.values())
@@ -156,21 +165,22 @@ def main() -> int:
     print(f"  change {change:+.3f}  95% CI [{low:+.3f}, {high:+.3f}] (paired bootstrap over "
           f"problems); problems gained {gained}, lost {lost}")
 
+
+def report_heldout(scored: dict[str, list[tuple[float, int]]]) -> None:
     tokens = [count for _, count in scored["base"]]
-    print(f"\nheld-out log-prob per token of the canonical solutions ({len(problems)} problems, "
+    print(f"\nheld-out log-prob per token of the canonical solutions ({len(tokens)} problems, "
           f"{sum(tokens)} tokens; the update gate's signal)")
 
     def mean(name: str, idx: list[int]) -> float:
         return sum(scored[name][i][0] for i in idx) / sum(tokens[i] for i in idx)
 
-    every = list(range(len(problems)))
+    every = list(range(len(tokens)))
     for name in scored:
         print(f"  {name:<6} {mean(name, every):.4f}")
     low, high = paired_bootstrap(lambda idx: mean("final", idx) - mean("base", idx),
-                                 len(problems))
+                                 len(tokens))
     print(f"  change {mean('final', every) - mean('base', every):+.4f}  95% CI [{low:+.4f}, "
           f"{high:+.4f}] (paired bootstrap over problems)")
-    return 0
 
 
 if __name__ == "__main__":
