@@ -195,10 +195,12 @@ def memory_counters(text: str) -> tuple[int, int]:
     oom = hits = 0
     for line in text.splitlines():
         key, _, value = line.strip().partition(" ")
-        if key.isdigit() and not value:
+        if key.isdigit() and not value:  # v1 memory.failcnt
             hits = int(key)
-        elif value.isdigit() and key in ("oom_kill", "max"):
-            oom, hits = (int(value), hits) if key == "oom_kill" else (oom, int(value))
+        elif key == "oom_kill" and value.isdigit():
+            oom = int(value)
+        elif key == "max" and value.isdigit():  # v2 memory.events
+            hits = int(value)
     return oom, hits
 
 
