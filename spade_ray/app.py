@@ -68,7 +68,8 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
         trains = learner.name != "none"
         with Cluster(role_specs(model), model.colocate, model.placement_strategy,
                      learner_cpus=learner.cpus if trains else 0.0,
-                     learner_gpus=learner.gpus if trains else 0) as cluster, \
+                     learner_gpus=learner.gpus if trains else 0,
+                     learner_ranks=learner.ranks) as cluster, \
                 Sandbox(sandbox_cfg.backend, limits, sandbox_cfg.workers) as sandbox:
             ctx = stages.Context(
                 run_id=run_id, run_dir=run_dir, generator=cluster["generator"],
@@ -84,10 +85,10 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                                                             seed=loop_cfg.seed)
                 if validation.problems else [])
             if trains:
-                actor = cluster.start_learner(resolve_model(model.roles["solver"].model),
+                group = cluster.start_learner(resolve_model(model.roles["solver"].model),
                                               training.learner_kwargs(learner))
                 heldout = [(p.prompt, p.canonical_solution) for p in ctx.validation_problems]
-                ctx.trainer = training.Trainer.start(learner, actor, cluster.engines, run_dir,
+                ctx.trainer = training.Trainer.start(learner, group, cluster.engines, run_dir,
                                                      heldout)
             metrics = loop.run(ctx)
     finally:

@@ -6,9 +6,9 @@ engine gets a placement-group bundle of `gpus_per_engine` GPUs (its tensor-paral
 bundles; `colocate=True` puts engine i of every role on the same bundle (sized for the largest
 and the GPUs shared fractionally), so two small models can share GPUs. PACK keeps bundles on few
 nodes (fast weight sync), SPREAD spreads them (fault isolation). The learner, when a run trains,
-gets the last bundle of the same group to itself (`learner_cpus` / `learner_gpus`), so its
-DeepSpeed engine never competes with an engine for a device, and PACK keeps it near the engines
-its weights go to.
+gets the last bundles of the same group to itself (`learner_cpus` / `learner_gpus` for each of
+its `learner_ranks` data-parallel ranks), so its DeepSpeed engine never competes with an engine
+for a device, and PACK keeps it near the engines its weights go to.
 
 Not handled here yet: vLLM tensor parallelism across Ray workers inside one bundle of several
 GPUs needs vLLM's own Ray executor started inside the bundle (distributed_executor_backend="ray");
@@ -25,7 +25,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from spade_ray.learner.actor import LearnerActor
+from spade_ray.learner.actor import LearnerGroup
 from spade_ray.rollout.actor import ModelActor, RoleEngines
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -86,8 +86,9 @@ class Cluster:
 
     def __init__(self, specs: Sequence[RoleSpec], colocate: bool = False,
                  strategy: str = "PACK", address: str | None = None,
-                 learner_cpus: float = 0.0, learner_gpus: int = 0) -> None:
-        """`learner_cpus` > 0 reserves the learner's bundle (see `start_learner`)."""
+                 learner_cpus: float = 0.0, learner_gpus: int = 0, learner_ranks: int = 1
+                 ) -> None:
+        """`learner_cpus` > 0 reserves the learner's bundles, one per rank (`start_learner`)."""
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown placement strategy {strategy!r}: use one of "
                              f"{', '.join(STRATEGIES)}")
@@ -107,10 +108,13 @@ class Cluster:
                 groups.append([spec])
         engine_specs = [g[0] for g in groups]
         bundles, where = bundles_for(engine_specs, colocate)
-        self._learner_bundle = None
+        self._learner_bundles = None
         if learner_cpus > 0:
-            self._learner_bundle = (len(bundles), learner_cpus, learner_gpus)
-            bundles.append(_bundle(learner_cpus, learner_gpus))
+            if learner_ranks < 1:
+                raise ValueError(f"learner_ranks must be >= 1, got {learner_ranks}")
+            self._learner_bundles = (list(range(len(bundles), len(bundles) + learner_ranks)),
+                                     learner_cpus, learner_gpus)
+            bundles += [_bundle(learner_cpus, learner_gpus)] * learner_ranks
         elif learner_gpus:
             raise ValueError("learner_gpus needs learner_cpus > 0 (the learner's own bundle)")
         self.placement_group: PlacementGroup = placement_group(bundles, strategy=strategy)
@@ -122,7 +126,7 @@ class Cluster:
                                f"{PLACEMENT_TIMEOUT_S:.0f} s: the cluster has "
                                f"{ray.cluster_resources()}") from None
         self.roles: dict[str, RoleEngines] = {}
-        self.learner = None
+        self.learner: LearnerGroup | None = None
         for group, indices in zip(groups, where):
             spec = group[0]
             actors = [ModelActor.options(
@@ -136,17 +140,15 @@ class Cluster:
         # Surface a model that cannot load now, with its own error, not at the first request.
         ray.get([a.weights_version.remote() for e in self.engines for a in e.actors])
 
-    def start_learner(self, model_path: str, learner_kwargs: dict[str, Any]) -> Any:
-        """The learner actor on its own bundle (the Cluster was built with learner_cpus)."""
-        if self._learner_bundle is None:
+    def start_learner(self, model_path: str, learner_kwargs: dict[str, Any]) -> LearnerGroup:
+        """The learner's ranks on their own bundles (the Cluster was built with learner_cpus)."""
+        if self._learner_bundles is None:
             raise RuntimeError("this Cluster reserved no learner bundle: pass learner_cpus > 0")
         if self.learner is not None:
             raise RuntimeError("the learner is already started")
-        index, cpus, gpus = self._learner_bundle
-        self.learner = LearnerActor.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                self.placement_group, placement_group_bundle_index=index),
-            num_cpus=cpus, num_gpus=gpus).remote(model_path, learner_kwargs)
+        indices, cpus, gpus = self._learner_bundles
+        self.learner = LearnerGroup.start(self.placement_group, indices, cpus, gpus, model_path,
+                                          learner_kwargs)
         return self.learner
 
     @property
@@ -162,7 +164,7 @@ class Cluster:
             for actor in engines.actors:
                 ray.kill(actor, no_restart=True)
         if self.learner is not None:
-            ray.kill(self.learner, no_restart=True)
+            self.learner.kill()
         self.roles, self.learner = {}, None
         remove_placement_group(self.placement_group)
 

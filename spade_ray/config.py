@@ -91,8 +91,9 @@ class SandboxConfig:
 @dataclasses.dataclass
 class LearnerConfig:
     name: str = "none"  # none | dpo | grpo
-    cpus: float = 1.0
-    gpus: int = 0
+    cpus: float = 1.0  # per rank
+    gpus: int = 0  # per rank
+    ranks: int = 1  # data-parallel DeepSpeed ranks, one actor and bundle each
     min_pairs_per_update: int = 8
     gate_tolerance: float = 0.05  # validation pass@1 drop that rejects an update
     # drop in the mean token log-prob of held-out reference solutions (nats) that rejects an
@@ -108,6 +109,11 @@ def validate_learner(cfg: DictConfig | dict) -> LearnerConfig:
         raise ValueError(f"learner={learner.name!r}: use one of {LEARNERS}")
     if learner.min_pairs_per_update < 1 or learner.gate_tolerance < 0:
         raise ValueError("learner.min_pairs_per_update must be >= 1 and gate_tolerance >= 0")
+    if learner.ranks < 1:
+        raise ValueError(f"learner.ranks must be >= 1, got {learner.ranks}")
+    if learner.ranks > 1 and not learner.kwargs.get("deepspeed_config"):
+        raise ValueError(f"learner.ranks={learner.ranks} needs learner.kwargs.deepspeed_config "
+                         "(e.g. conf/deepspeed/zero2.json): the plain torch engine trains one rank")
     if learner.gate_logp_tolerance is not None and learner.gate_logp_tolerance < 0:
         raise ValueError(f"learner.gate_logp_tolerance must be >= 0 or null (off), got "
                          f"{learner.gate_logp_tolerance}")

@@ -26,6 +26,7 @@ from typing import Any
 import ray
 
 from spade_ray.config import LearnerConfig
+from spade_ray.learner.actor import LearnerGroup
 from spade_ray.learner.algorithms import CompletionGroup
 from spade_ray.records import PreferencePair
 from spade_ray.rollout.actor import RoleEngines
@@ -33,10 +34,10 @@ from spade_ray.rollout.actor import RoleEngines
 
 @dataclasses.dataclass
 class Trainer:
-    """The learner actor and what the loop needs to gate, roll back and resume updates."""
+    """The learner and what the loop needs to gate, roll back and resume updates."""
 
     config: LearnerConfig
-    actor: Any  # LearnerActor handle
+    learner: LearnerGroup
     engines: list[RoleEngines]  # every distinct set of engines serving the policy
     checkpoints: Path
     served: ray.ObjectRef  # the weights the engines serve now (merged, HF names)
@@ -46,14 +47,14 @@ class Trainer:
     heldout_logp: float | None = None  # the accepted policy's mean token log-prob on `heldout`
 
     @classmethod
-    def start(cls, config: LearnerConfig, actor: Any, engines: list[RoleEngines],
+    def start(cls, config: LearnerConfig, learner: LearnerGroup, engines: list[RoleEngines],
               run_dir: Path, heldout: Sequence[tuple[str, str]] = ()) -> Trainer:
-        """`actor`: a LearnerActor built with `learner_kwargs(config)` (Cluster.start_learner);
+        """`learner`: built with `learner_kwargs(config)` (Cluster.start_learner);
         `heldout`: the log-prob gate's texts (the gate is off without them or a tolerance)."""
         checkpoints = run_dir / "checkpoints"
         # Step 0 is the first accepted state: a rejected first update rolls back to it.
-        base = ray.get(actor.save_checkpoint.remote(str(checkpoints / "step_000000")))
-        trainer = cls(config, actor, engines, checkpoints, actor.policy_state_dict.remote(),
+        base = learner.save_checkpoint(str(checkpoints / "step_000000"))
+        trainer = cls(config, learner, engines, checkpoints, learner.policy_state_dict(),
                       base, heldout=tuple(heldout))
         trainer.heldout_logp = trainer.measure_heldout()
         return trainer
@@ -62,11 +63,11 @@ class Trainer:
         """Back to the last accepted update of a resumed run: learner state and engine weights."""
         if state.get("learner_checkpoint"):
             self.accepted_checkpoint = state["learner_checkpoint"]
-            ray.get(self.actor.load_checkpoint.remote(self.accepted_checkpoint))
+            self.learner.load_checkpoint(self.accepted_checkpoint)
             self.heldout_logp = self.measure_heldout()
             self.version = state["weights_version"]
             if self.version:
-                self.served = self.actor.policy_state_dict.remote()
+                self.served = self.learner.policy_state_dict()
                 self._publish(self.served, self.version)
 
     def state(self) -> dict[str, Any]:
@@ -74,8 +75,7 @@ class Trainer:
 
     def update(self, items: list[PreferencePair] | list[CompletionGroup]) -> dict[str, Any] | None:
         """Feed the round's items; the learner's stats if it updated, else None."""
-        method = self.actor.dpo_update if self.config.name == "dpo" else self.actor.grpo_update
-        return ray.get(method.remote(items))
+        return self.learner.update(self.config.name, items)
 
     def measure_heldout(self) -> float | None:
         """The learner's current mean token log-prob on `heldout` (None when the gate is off)."""
@@ -85,23 +85,23 @@ class Trainer:
     def _heldout_pending(self) -> ray.ObjectRef | None:
         if not self.heldout or self.config.gate_logp_tolerance is None:
             return None
-        return self.actor.mean_token_logp.remote(list(self.heldout))
+        return self.learner.mean_token_logp(self.heldout)
 
     def publish_update(self) -> ray.ObjectRef:
         """Send the updated policy to the engines; returns the previous weights (for rollback)."""
-        previous, self.served = self.served, self.actor.policy_state_dict.remote()
+        previous, self.served = self.served, self.learner.policy_state_dict()
         self.version += 1
         self._publish(self.served, self.version)
         return previous
 
     def accept(self, heldout_logp: float | None) -> None:
         self.heldout_logp = heldout_logp
-        step = ray.get(self.actor.step.remote())
-        self.accepted_checkpoint = ray.get(
-            self.actor.save_checkpoint.remote(str(self.checkpoints / f"step_{step:06d}")))
+        step = self.learner.step()
+        self.accepted_checkpoint = self.learner.save_checkpoint(
+            str(self.checkpoints / f"step_{step:06d}"))
 
     def reject(self, previous: ray.ObjectRef) -> None:
-        ray.get(self.actor.load_checkpoint.remote(self.accepted_checkpoint))
+        self.learner.load_checkpoint(self.accepted_checkpoint)
         self.served = previous
         self.version += 1  # the old weights under a new version: versions only increase
         self._publish(previous, self.version)
@@ -134,7 +134,7 @@ def learn(trainer: Trainer, items: list, before_pass_at_1: float | None, validat
     `validate()` re-runs the fixed validation subset on the engines' current weights."""
     stats = trainer.update(items)
     if stats is None:
-        return LearnOutcome("buffering", ray.get(trainer.actor.step.remote()))
+        return LearnOutcome("buffering", trainer.learner.step())
     previous = trainer.publish_update()
     pending = trainer._heldout_pending()  # on the learner's CPUs while the engines validate
     gate = validate()
@@ -152,7 +152,7 @@ def learn(trainer: Trainer, items: list, before_pass_at_1: float | None, validat
     else:
         trainer.accept(logp)
     return LearnOutcome("rejected" if rejected_by else "accepted",
-                        ray.get(trainer.actor.step.remote()), stats.get("loss"), gate_pass, logp,
+                        trainer.learner.step(), stats.get("loss"), gate_pass, logp,
                         tuple(rejected_by))
 
 

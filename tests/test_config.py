@@ -66,9 +66,11 @@ def test_every_experiment_composes_and_validates(experiment):
 
 
 @pytest.mark.parametrize("field, value", [("min_pairs_per_update", 0), ("gate_tolerance", -0.1),
-                                          ("gate_logp_tolerance", -0.01), ("name", "ppo")])
+                                          ("gate_logp_tolerance", -0.01), ("name", "ppo"),
+                                          ("ranks", 0), ("ranks", 2)])
 def test_a_bad_learner_setting_is_named(field, value):
     from spade_ray.config import validate_learner
 
+    # ranks=2 without deepspeed_config: the plain torch engine trains one rank
     with pytest.raises(ValueError, match=field if field != "name" else "learner='ppo'"):
         validate_learner({"name": "dpo", field: value})

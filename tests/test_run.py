@@ -90,12 +90,20 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):
     assert db.execute("SELECT COUNT(*) FROM rounds").fetchone()[0] == 3
 
 
-def test_dpo_rounds_start_a_learner_and_checkpoint_it(tmp_path):
-    out = subprocess.run(run_cmd(tmp_path, "learner=dpo", "loop.rounds=1"), capture_output=True,
-                         text=True, timeout=600)
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_dpo_rounds_start_a_learner_and_checkpoint_it(tmp_path, ranks):
+    # two data-parallel ranks: DeepSpeed, half a CPU each so that they fit the 2-CPU machine
+    several = ["learner.ranks=2", "learner.cpus=0.5",
+               "learner.kwargs.deepspeed_config=conf/deepspeed/zero2.json"] if ranks > 1 else []
+    out = subprocess.run(run_cmd(tmp_path, "learner=dpo", "loop.rounds=1", *several),
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run_dir = tmp_path / "cpu_tiny"
     metrics = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     # the random tiny model's candidates all score 0: no pairs, so the learner only buffers
     assert metrics["update"] == "buffering" and metrics["learner_step"] == 0
-    assert (run_dir / "checkpoints" / "step_000000").is_dir()
+    checkpoint = run_dir / "checkpoints" / "step_000000"
+    assert checkpoint.is_dir()
+    assert json.loads((checkpoint / "learner.json").read_text())["world_size"] == ranks
+    assert [(checkpoint / f"rng.rank{r}.pt").is_file() for r in range(1, ranks)] == \
+        [True] * (ranks - 1)

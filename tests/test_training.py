@@ -52,7 +52,7 @@ def test_the_learner_holds_its_own_bundle(setup):
     trainer, cluster = setup
     group = cluster.placement_group
     assert ray.util.placement_group_table(group)["bundles"] == {0: {"CPU": 0.5}, 1: {"CPU": 1.0}}
-    ray.get(trainer.actor.step.remote())  # started
+    trainer.learner.step()  # started
     bundle = f"CPU_group_1_{group.id.hex()}"
     assert ray.cluster_resources()[bundle] == 1.0
     assert ray.available_resources().get(bundle, 0.0) == 0.0  # all taken by the learner
@@ -107,7 +107,7 @@ def test_an_update_that_unlearns_held_out_solutions_is_rejected(setup):
         trainer, config=dataclasses.replace(trainer.config, gate_logp_tolerance=0.1),
         heldout=(("def add(a, b):", "\n    return a + b\n"),),
         accepted_checkpoint=str(trainer.checkpoints / "step_000000"))
-    ray.get(gated.actor.load_checkpoint.remote(gated.accepted_checkpoint))  # a fresh learner
+    gated.learner.load_checkpoint(gated.accepted_checkpoint)  # a fresh learner
     before = gated.heldout_logp = gated.measure_heldout()
 
     good = learn(gated, pairs(2), 0.5, scored(0.5))  # prefers the held-out solution

@@ -1,8 +1,9 @@
 """Learner stage: preference (DPO/IPO) and group policy-gradient (GRPO) updates of the policy.
 
 Public API: `Learner` (plain torch or DeepSpeed engine, LoRA by default), `CompletionGroup`
-(GRPO's input), the pure-torch losses, and `LearnerActor` in spade_ray.learner.actor (imports
-Ray). The learner takes PreferencePairs from spade_ray.records and gives merged weights back.
+(GRPO's input), the pure-torch losses, and `LearnerActor` / `LearnerGroup` (its data-parallel
+ranks) in spade_ray.learner.actor (imports Ray). The learner takes PreferencePairs from
+spade_ray.records and gives merged weights back.
 """
 
 from spade_ray.learner.algorithms import CompletionGroup

@@ -1,10 +1,18 @@
-"""`LearnerActor`: the Learner in a Ray actor, on the placement-group bundle cluster.py gives it.
+"""`LearnerActor`: the Learner in a Ray actor; `LearnerGroup`: its data-parallel ranks as one.
 
-Thin on purpose: every method is the Learner's, so the learner is tested without Ray and the
-actor only adds the process boundary. Ray restarts a dead learner (max_restarts=-1) with its
-initial weights; the loop resumes it from the last checkpoint with `load_checkpoint`. Calls are
-not retried (max_task_retries=0): an update is not idempotent (it advances the step and the
-buffer).
+The actor is thin on purpose: every method is the Learner's, so the learner is tested without
+Ray and the actor only adds the process boundary. One rank: Ray restarts a dead learner
+(max_restarts=-1) with its initial weights; the loop resumes it from the last checkpoint with
+`load_checkpoint`. Calls are not retried (max_task_retries=0): an update is not idempotent (it
+advances the step and the buffer).
+
+Several ranks (DeepSpeed, one actor per placement-group bundle): the group sets each actor's
+distributed environment (rank 0's node address and a free port on it, RANK, WORLD_SIZE;
+LOCAL_RANK 0 because Ray shows each actor only its own GPUs), sends every update, checkpoint
+save and load to all ranks, and asks rank 0 alone for what is the same on every rank (merged
+weights, the held-out log-prob, the step). A rank that dies leaves the others blocked in a
+collective, so nothing is restarted (max_restarts=0): the call fails, the run stops, and
+re-running it resumes from the last accepted checkpoint.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from typing import Any
 
 import ray
 import torch
+from ray.util.placement_group import PlacementGroup
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from spade_ray.learner.algorithms import CompletionGroup
 from spade_ray.learner.learner import Learner
@@ -55,3 +65,73 @@ class LearnerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+@ray.remote(num_cpus=0)
+def _rendezvous() -> tuple[str, int]:
+    """Rank 0's node address and a free port on it (run on rank 0's bundle)."""
+    from spade_ray.learner.engines import free_port
+
+    return ray.util.get_node_ip_address(), free_port()
+
+
+class LearnerGroup:
+    """The learner's ranks, one LearnerActor per bundle; methods return what the Learner's do.
+
+    Methods that return an ObjectRef (merged weights, the held-out log-prob) let the caller pass
+    it on or overlap it with other work, as with an actor handle.
+    """
+
+    def __init__(self, actors: list[Any]) -> None:
+        self.actors = actors
+
+    @classmethod
+    def start(cls, placement_group: PlacementGroup, bundles: Sequence[int], cpus: float,
+              gpus: int, model_path: str, learner_kwargs: dict[str, Any]) -> LearnerGroup:
+        def on(index: int) -> PlacementGroupSchedulingStrategy:
+            return PlacementGroupSchedulingStrategy(placement_group,
+                                                    placement_group_bundle_index=index)
+
+        if len(bundles) == 1:
+            return cls([LearnerActor.options(scheduling_strategy=on(bundles[0]), num_cpus=cpus,
+                                             num_gpus=gpus).remote(model_path, learner_kwargs)])
+        address, port = ray.get(_rendezvous.options(scheduling_strategy=on(bundles[0])).remote())
+        env = {"MASTER_ADDR": address, "MASTER_PORT": str(port),
+               "WORLD_SIZE": str(len(bundles)), "LOCAL_RANK": "0", "LOCAL_SIZE": "1"}
+        return cls([LearnerActor.options(
+            scheduling_strategy=on(index), num_cpus=cpus, num_gpus=gpus, max_restarts=0,
+            runtime_env={"env_vars": {**env, "RANK": str(rank)}},
+        ).remote(model_path, learner_kwargs) for rank, index in enumerate(bundles)])
+
+    def update(self, algorithm: str, items: Sequence[Any]) -> dict[str, float] | None:
+        """`dpo_update` or `grpo_update` on every rank; the stats (averaged over the ranks)."""
+        return self._all(f"{algorithm}_update", ray.put(list(items)))[0]  # one copy for all
+
+    def mean_token_logp(self, texts: Sequence[tuple[str, str]]) -> ray.ObjectRef:
+        return self.actors[0].mean_token_logp.remote(list(texts))
+
+    def policy_state_dict(self) -> ray.ObjectRef:
+        return self.actors[0].policy_state_dict.remote()
+
+    def save_checkpoint(self, directory: str, merged: bool = False) -> str:
+        return self._all("save_checkpoint", directory, merged)[0]
+
+    def load_checkpoint(self, directory: str) -> int:
+        return self._all("load_checkpoint", directory)[0]
+
+    def step(self) -> int:
+        return ray.get(self.actors[0].step.remote())
+
+    def _all(self, method: str, *args: Any) -> list[Any]:
+        """`method` on every rank, in rank order; the first failure is raised at once (the other
+        ranks may be blocked in a collective it never joins)."""
+        refs = [getattr(a, method).remote(*args) for a in self.actors]
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            ray.get(ready[0])
+        return ray.get(refs)
+
+    def kill(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)

@@ -4,16 +4,17 @@ Layout of a learner checkpoint (written by Learner.save_checkpoint):
   learner.json        format version, step, algorithm, how the policy is built, the buffered
                       items not yet trained on (a resumed run trains on them as the killed one
                       would have)
-  rng.pt              python, numpy and torch RNG states
+  rng.pt              python, numpy and torch RNG states (rank 0; rank r > 0: rng.rank<r>.pt)
   policy/             LoRA adapters (peft's adapter_model.safetensors + adapter_config.json) or
                       the full weights (model.safetensors)
   merged/             optional: an HF model directory of the merged weights + tokenizer
   optimizer.pt        torch engine: optimizer and scheduler state
   deepspeed/engine/   DeepSpeed engine: its own checkpoint (trainable weights, ZeRO optimizer
-                      partitions with fp32 master weights, scheduler)
+                      partitions with fp32 master weights, one per rank, scheduler)
 The directory appears whole or not at all: it is written into a sibling temp directory and
 renamed into place; an existing checkpoint of the same name is replaced only after the new one
-is complete.
+is complete. With several ranks (a shared filesystem, as DeepSpeed's own checkpoints need) rank 0
+makes the temp directory, every rank writes its part, and rank 0 renames it once all are done.
 """
 
 from __future__ import annotations
@@ -29,20 +30,29 @@ from typing import Any
 
 import torch
 
+from spade_ray.learner.engines import Ranks
+
 FORMAT_VERSION = 1
 
 
 @contextlib.contextmanager
-def atomic_directory(target: Path) -> Iterator[Path]:
-    """Yield a temp dir next to `target`; on success it becomes `target` (replacing one)."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-tmp-", dir=target.parent))
+def atomic_directory(target: Path, ranks: Ranks | None = None) -> Iterator[Path]:
+    """Yield a temp dir next to `target`; on success it becomes `target` (replacing one).
+    Every rank of `ranks` enters with the same `target` and gets the same temp dir."""
+    target, ranks = Path(target), ranks or Ranks()
+    tmp = None
+    if ranks.rank == 0:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{target.name}-tmp-", dir=target.parent)
+    tmp = Path(ranks.broadcast(tmp))
     try:
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    ranks.barrier()  # every rank's part is written
+    if ranks.rank != 0:
+        return
     old = None
     if target.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
@@ -50,6 +60,10 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     tmp.rename(target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def rng_file(rank: int) -> str:
+    return "rng.pt" if rank == 0 else f"rng.rank{rank}.pt"
 
 
 def rng_state() -> dict[str, Any]:

@@ -11,16 +11,19 @@ construction and again after each step, so its first two optimizer steps both ru
 warmup_min_lr (measured: lrs 0, 0, lr/2, lr for 2 warm-up steps), two wasted updates in a
 self-play round that may only have a few. A "scheduler" section in the JSON is refused.
 
-DeepSpeed on CPU (DESIGN.md): one process is a one-rank "distributed" job over gloo; the
-environment a launcher would set (MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK) is filled in
-when absent. DeepSpeed JIT-compiles C++ ops on first use; `torch_adam` in the config keeps the
-optimizer in torch, and with one rank its shared-memory all-reduce op has nothing to reduce, so
-it is not built (measured here, 2 cores, a toy model: deepspeed.initialize took 201 s with
-those two builds on a fresh machine, 6.5 s with them cached, 3.3 s without them).
+DeepSpeed on CPU (DESIGN.md): gloo. A one-rank job's environment (MASTER_ADDR/PORT, RANK,
+WORLD_SIZE, LOCAL_RANK) is filled in when absent; with more ranks LearnerGroup (actor.py) sets it
+for each rank's actor, as a launcher would, and the ranks train data-parallel: DeepSpeed averages
+the gradients, the learner splits each optimizer step's items across the ranks and averages the
+reported figures (`Ranks`). DeepSpeed JIT-compiles C++ ops on first use; `torch_adam` in the
+config keeps the optimizer in torch, and the CPU shared-memory all-reduce op serves only
+DeepSpeed inference's all-reduce, which training never calls, so it is not built (measured here,
+2 cores, a toy model: deepspeed.initialize took 201 s with those two builds on a fresh machine,
+6.5 s with them cached, 3.3 s without them).
 TORCH_EXTENSIONS_DIR caches any op a config does need under the spade-ray cache
 ($SPADE_CACHE, default ~/.cache/spade-ray).
 Non-goals: ZeRO-3 and optimizer offload (parameters would need gathering for the merged state
-dict), multi-rank launch (cluster.py would start one actor per rank and set the env itself).
+dict).
 """
 
 from __future__ import annotations
@@ -44,11 +47,56 @@ LEARNER_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                 "optimizer.params.weight_decay", "bf16.enabled")
 
 
+class Ranks:
+    """This process's place in the learner's data-parallel group, and the few collectives the
+    learner itself needs (DeepSpeed's process group; none with one rank)."""
+
+    def __init__(self, rank: int = 0, world_size: int = 1,
+                 device: torch.device = torch.device("cpu")) -> None:
+        self.rank, self.world_size, self.device = rank, world_size, device
+
+    def mean(self, values: list[float]) -> list[float]:
+        """Each value averaged over the ranks."""
+        if self.world_size == 1:
+            return values
+        import torch.distributed as dist
+
+        # on the engine's device: NCCL reduces only CUDA tensors
+        total = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(total)
+        return (total / self.world_size).tolist()
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank."""
+        if self.world_size == 1:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
+def world_size_from_env() -> int:
+    """WORLD_SIZE as a launcher (or LearnerGroup) set it; 1 when unset."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"WORLD_SIZE must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
 class TrainEngine(Protocol):
     """The optimisation seam the learner uses; `module` is the (peft) model being trained."""
 
     module: nn.Module
     device: torch.device
+    ranks: Ranks
 
     def forward(self, **inputs: Any) -> Any: ...
     def compute(self) -> contextlib.AbstractContextManager: ...
@@ -91,6 +139,7 @@ class TorchEngine:
                  grad_accum: int, bf16: bool) -> None:
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.module = model.to(self.device)
+        self.ranks = Ranks()
         self.params = params
         self.grad_accum = grad_accum
         self.max_grad_norm = max_grad_norm
@@ -182,12 +231,13 @@ class DeepSpeedEngine:
 
     def __init__(self, model: nn.Module, params: list[nn.Parameter], config: dict[str, Any],
                  warmup_steps: int, frozen_excluded: bool) -> None:
-        _single_process_env()
+        _distributed_env()
         import deepspeed
 
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=params, config=config,
             lr_scheduler=lambda optimizer: warmup_scheduler(optimizer, warmup_steps))
+        self.ranks = Ranks(self.engine.global_rank, self.engine.world_size, self.engine.device)
         self.module = self.engine.module
         self.device = self.engine.device
         self.frozen_excluded = frozen_excluded
@@ -225,24 +275,23 @@ class DeepSpeedEngine:
             raise FileNotFoundError(f"no DeepSpeed engine state under {directory}/deepspeed")
 
 
-def _single_process_env() -> None:
+def _distributed_env() -> None:
     """A one-rank job's environment, unless a launcher set it; see the module docstring."""
     defaults = {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
                 "LOCAL_SIZE": "1", "TORCH_EXTENSIONS_DIR": str(DEFAULT_EXTENSIONS_DIR)}
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
     if "MASTER_PORT" not in os.environ:
-        os.environ["MASTER_PORT"] = str(_free_port())
-    if os.environ["WORLD_SIZE"] == "1":
-        import deepspeed.ops
+        os.environ["MASTER_PORT"] = str(free_port())
+    import deepspeed.ops
 
-        # deepspeed/comm/torch.py builds the CPU shared-memory all-reduce op when the op is
-        # marked compatible; one rank never all-reduces across processes (and the op's
-        # compatibility dict is documented as one cached, editable dict).
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    # deepspeed/comm/torch.py builds the CPU shared-memory all-reduce op when the op is marked
+    # compatible, for inference_all_reduce only (the op's compatibility dict is documented as
+    # one cached, editable dict).
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

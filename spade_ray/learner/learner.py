@@ -11,8 +11,13 @@ batch losses before the step's update.
 Weights leave through `policy_state_dict()` (merged, plain HF names: what the rollout engines
 load); `save_checkpoint` / `load_checkpoint` hold everything a killed run needs to continue as
 if it had not been killed (layout in checkpoint.py).
+With several data-parallel ranks (DeepSpeed, started by LearnerGroup) every rank gets the same
+items and buffers them alike; an optimizer step takes micro_batch_size * grad_accum items per
+rank, each rank trains on its share of them (rank r: items r, r + W, ...), DeepSpeed averages the
+gradients and the reported figures are averaged over the ranks, so W ranks step as one rank
+with W times the accumulation would.
 Non-goals: sampling (the rollout stage's), choosing which pairs to train on (the preferences
-stage's), more than one rank (see engines.py).
+stage's).
 """
 
 from __future__ import annotations
@@ -29,11 +34,18 @@ from spade_ray.learner.algorithms import DPO, GRPO, Algorithm, CompletionGroup, 
 from spade_ray.learner.checkpoint import (
     atomic_directory,
     read_meta,
+    rng_file,
     rng_state,
     set_rng_state,
     write_meta,
 )
-from spade_ray.learner.engines import DeepSpeedEngine, TorchEngine, TrainEngine, bf16_supported
+from spade_ray.learner.engines import (
+    DeepSpeedEngine,
+    TorchEngine,
+    TrainEngine,
+    bf16_supported,
+    world_size_from_env,
+)
 from spade_ray.learner.engines import deepspeed_config as ds_config
 from spade_ray.learner.logprobs import CausalLM, pad_id, text_logps
 from spade_ray.learner.weights import (
@@ -63,6 +75,9 @@ class Learner:
         `deepspeed_config` None = the plain torch engine; GRPO counts `min_pairs_per_update`
         and `micro_batch_size` in groups."""
         _check_args(algorithm, lr, min_pairs_per_update, micro_batch_size, grad_accum)
+        if world_size_from_env() > 1 and not deepspeed_config:
+            raise ValueError(f"WORLD_SIZE={world_size_from_env()}: more than one learner rank "
+                             "needs deepspeed_config (the plain torch engine trains one rank)")
         from transformers import AutoTokenizer
 
         self.algorithm_name = algorithm
@@ -72,8 +87,6 @@ class Learner:
             if algorithm == "dpo" else GRPO(self.tokenizer, max_length, clip_eps, kl_coef))
         self.micro_batch_size = micro_batch_size
         self.max_length = max_length
-        self.items_per_step = micro_batch_size * grad_accum
-        self.min_items = max(min_pairs_per_update, self.items_per_step)
         self.identity = {"algorithm": algorithm, "lora_rank": lora_rank,
                          "lora_alpha": lora_alpha, "engine": "deepspeed" if deepspeed_config
                          else "torch"}
@@ -96,6 +109,9 @@ class Learner:
             # Same dtype as the policy's compute (DeepSpeed casts the policy to bf16 itself).
             dtype = next(self.engine.module.parameters()).dtype
             self.reference.to(device=self.engine.device, dtype=dtype)
+        self.ranks = self.engine.ranks
+        self.items_per_step = micro_batch_size * grad_accum * self.ranks.world_size
+        self.min_items = max(min_pairs_per_update, self.items_per_step)
         self.policy = CausalLM(self.engine.module, self.engine.forward)
         self.step = 0
         self._buffer: list[Any] = []
@@ -127,7 +143,7 @@ class Learner:
         for _ in range(steps):
             batch, self._buffer = (self._buffer[:self.items_per_step],
                                    self._buffer[self.items_per_step:])
-            history.append(self._optimizer_step(batch))
+            history.append(self._optimizer_step(batch[self.ranks.rank::self.ranks.world_size]))
         stats = {k: sum(h[k] for h in history) / len(history) for k in history[0]}
         stats.update(step=self.step, steps=steps, items=steps * self.items_per_step,
                      buffered=len(self._buffer), lr=history[-1]["lr"],
@@ -149,6 +165,7 @@ class Learner:
             grad_norm = self.engine.micro_step(loss, boundary=i == len(batches) - 1)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / len(batches)
+        totals = dict(zip(totals, self.ranks.mean(list(totals.values()))))
         self.step += 1
         return {**totals, "lr": lr, "grad_norm": float("nan") if grad_norm is None
                 else grad_norm}
@@ -175,22 +192,28 @@ class Learner:
     def save_checkpoint(self, directory: str | Path, merged: bool = False) -> Path:
         """Write a checkpoint atomically (checkpoint.py's layout); `merged` adds merged/."""
         directory = Path(directory)
-        with atomic_directory(directory) as tmp:
-            self.engine.module.save_pretrained(tmp / "policy")
-            self.engine.save(tmp)
-            torch.save(rng_state(), tmp / "rng.pt")
-            write_meta(tmp, {**self.identity, "step": self.step,
-                             "buffer": [_item_to_dict(i) for i in self._buffer]})
-            if merged:
-                self._save_merged(tmp / "merged")
+        with atomic_directory(directory, self.ranks) as tmp:
+            self.engine.save(tmp)  # every rank: DeepSpeed writes each one's optimizer partition
+            torch.save(rng_state(), tmp / rng_file(self.ranks.rank))
+            if self.ranks.rank == 0:  # the rest is the same on every rank
+                self.engine.module.save_pretrained(tmp / "policy")
+                write_meta(tmp, {**self.identity, "step": self.step,
+                                 "world_size": self.ranks.world_size,
+                                 "buffer": [_item_to_dict(i) for i in self._buffer]})
+                if merged:
+                    self._save_merged(tmp / "merged")
         return directory
 
     def load_checkpoint(self, directory: str | Path) -> None:
         """Restore weights, optimizer, scheduler, step, buffer and RNG from `directory`."""
         directory = Path(directory)
         meta = read_meta(directory, self.identity)
+        if meta.get("world_size", 1) != self.ranks.world_size:
+            raise ValueError(f"{directory} was written by {meta.get('world_size', 1)} learner "
+                             f"ranks, this learner has {self.ranks.world_size}: DeepSpeed's "
+                             "optimizer partitions are per rank; resume with the same ranks")
         self.engine.load(directory)
-        set_rng_state(torch.load(directory / "rng.pt", weights_only=False))
+        set_rng_state(torch.load(directory / rng_file(self.ranks.rank), weights_only=False))
         self.step = int(meta["step"])
         self._buffer = [_item_from_dict(d) for d in meta["buffer"]]
 

@@ -97,6 +97,13 @@ def test_a_checkpoint_of_another_setup_is_refused(tiny_model, pairs, tmp_path):
         Learner(tiny_model, **{**FAST, "lora_rank": 8}).load_checkpoint(tmp_path / "ckpt")
 
 
+def test_several_ranks_without_deepspeed_are_refused(tiny_model, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="WORLD_SIZE=2: more than one learner rank needs "
+                                         "deepspeed_config"):
+        Learner(tiny_model, **FAST)
+
+
 def test_grpo_update_runs_and_moves_the_policy(tiny_model):
     groups = [CompletionGroup(f"Add {i} to x:\n", ("return x + 1", "return x", "pass"),
                               (1.0, 0.5, 0.0), f"t{i}") for i in range(4)]
