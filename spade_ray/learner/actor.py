@@ -13,6 +13,10 @@ save and load to all ranks, and asks rank 0 alone for what is the same on every 
 weights, the held-out log-prob, the step). A rank that dies leaves the others blocked in a
 collective, so nothing is restarted (max_restarts=0): the call fails, the run stops, and
 re-running it resumes from the last accepted checkpoint.
+Why not Ray Train's TorchTrainer, which also sets up the ranks' process group: it runs one
+training function to completion, while the loop needs long-lived ranks that take an update, a
+checkpoint or a weights request between rounds (OpenRLHF and veRL group their actors by hand
+for the same reason).
 """
 
 from __future__ import annotations

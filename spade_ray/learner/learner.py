@@ -75,9 +75,10 @@ class Learner:
         `deepspeed_config` None = the plain torch engine; GRPO counts `min_pairs_per_update`
         and `micro_batch_size` in groups."""
         _check_args(algorithm, lr, min_pairs_per_update, micro_batch_size, grad_accum)
-        if world_size_from_env() > 1 and not deepspeed_config:
-            raise ValueError(f"WORLD_SIZE={world_size_from_env()}: more than one learner rank "
-                             "needs deepspeed_config (the plain torch engine trains one rank)")
+        world_size = world_size_from_env()
+        if world_size > 1 and not deepspeed_config:
+            raise ValueError(f"WORLD_SIZE={world_size}: more than one learner rank needs "
+                             "deepspeed_config (the plain torch engine trains one rank)")
         from transformers import AutoTokenizer
 
         self.algorithm_name = algorithm
