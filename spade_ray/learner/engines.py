@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -59,8 +60,6 @@ class Ranks:
         """Each value averaged over the ranks."""
         if self.world_size == 1:
             return values
-        import torch.distributed as dist
-
         # on the engine's device: NCCL reduces only CUDA tensors
         total = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(total)
@@ -70,16 +69,12 @@ class Ranks:
         """Rank 0's `obj` on every rank."""
         if self.world_size == 1:
             return obj
-        import torch.distributed as dist
-
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
     def barrier(self) -> None:
         if self.world_size > 1:
-            import torch.distributed as dist
-
             dist.barrier()
 
 
@@ -292,6 +287,7 @@ def _distributed_env() -> None:
 
 
 def free_port() -> int:
+    """A port free on every interface: rank 0's rendezvous listens there for the other nodes."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
