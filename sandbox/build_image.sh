@@ -4,12 +4,11 @@
 #
 #   rootfs: debootstrap --variant=minbase --include=python3 bookworm, stripped,
 #           cached in $SPADE_CACHE/sandbox-rootfs (rebuilt only if missing/stale)
-#   image:  rootfs + /opt/spade-sandbox/harness.py + /work, via `docker import`
-#   tag:    spade-ray-sandbox:<12 hex of sha256(harness.py + this script)>;
+#   image:  rootfs + /opt/spade-sandbox/{harness,grader,canonical}.py + /work, via `docker import`
+#   tag:    spade-ray-sandbox:<12 hex of sha256(those three files + this script)>;
 #           if that tag exists, its ID is printed and nothing is rebuilt.
 #
 # Environment (all optional):
-#   HARNESS              harness file to bake in (default: harness.py next to this script)
 #   SPADE_CACHE          cache root (default ~/.cache/spade-ray)
 #   SPADE_DEBIAN_MIRROR  Debian mirror URL (default: read from the host's apt sources)
 # Run it like (a bare --tmpfs /work is root-owned 0755, so give it to the uid):
@@ -24,7 +23,8 @@ export PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 HERE=$(dirname "$SELF")
-HARNESS=${HARNESS:-$HERE/harness.py}
+# What runs in the jail, in this order (docker_backend.image_tag hashes the same files).
+JAIL_FILES=("$HERE/harness.py" "$HERE/grader.py" "$HERE/canonical.py")
 CACHE=${SPADE_CACHE:-${HOME:?HOME is unset; set SPADE_CACHE}/.cache/spade-ray}
 ROOTFS=$CACHE/sandbox-rootfs
 SUITE=bookworm
@@ -153,8 +153,8 @@ cleanup() {
 trap cleanup EXIT
 
 # ---------------------------------------------------------------------------
-[[ -r $HARNESS ]] || die "harness not found at $HARNESS (set HARNESS=/path/to/harness.py)"
-HASH=$(cat "$HARNESS" "$SELF" | sha256sum | cut -c1-12)
+for f in "${JAIL_FILES[@]}"; do [[ -r $f ]] || die "jail file $f not found"; done
+HASH=$(cat "${JAIL_FILES[@]}" "$SELF" | sha256sum | cut -c1-12)
 TAG=$IMAGE_REPO:$HASH
 
 if ! docker info >/dev/null 2>&1; then
@@ -197,7 +197,7 @@ fi
 # Overlay with the harness, staged separately so the cached rootfs is never modified.
 STAGE=$(mktemp -d)
 install -d -m 0755 -o 0 -g 0 "$STAGE/opt/spade-sandbox"
-install -m 0644 -o 0 -g 0 "$HARNESS" "$STAGE/opt/spade-sandbox/harness.py"
+install -m 0644 -o 0 -g 0 "${JAIL_FILES[@]}" "$STAGE/opt/spade-sandbox/"
 install -d -m 0755 -o "$SANDBOX_UID" -g "$SANDBOX_UID" "$STAGE/work"
 
 log "importing $TAG"
@@ -221,7 +221,8 @@ if ! docker run --rm --read-only --network none --cap-drop ALL \
     --user "$SANDBOX_UID:$SANDBOX_UID" "$TAG" python3 -c '
 import json, struct, select, resource, signal, os, sys, traceback, io, base64, ctypes
 assert os.getuid() == 65534 and os.getgid() == 65534, (os.getuid(), os.getgid())
-open("/opt/spade-sandbox/harness.py", "rb").read()
+for name in ("harness", "grader", "canonical"):
+    open(f"/opt/spade-sandbox/{name}.py", "rb").read()
 open("/work/probe", "w").write("ok")' >&2; then
     docker rmi "$TAG" >/dev/null 2>&1 || true
     die "smoke test of $TAG failed; image removed"

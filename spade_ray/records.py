@@ -66,14 +66,33 @@ class ExecResult:
     env_hash: str  # interpreter, packages, backend, limits, image: what reproduces this result
     limits_enforced_by: str  # e.g. "cgroup-v1", "cgroup-v2", "docker", "rlimit (degraded: ...)"
     detail: str = ""  # why the status was chosen, in words (which limit, which signal)
+    attempts: int = 1  # runs it took: 2 when a sandbox_error was re-run once on a fresh worker
+
+
+@dataclasses.dataclass(frozen=True)
+class IOExample:
+    """One call of a task's entry point and the result it must return, both as canonical data
+    text (sandbox/canonical.py; `spade_ray.execution.canonical.example` builds one)."""
+
+    args: str  # the encoded argument tuple
+    expected: str  # the encoded return value
+
+    def __post_init__(self) -> None:
+        for name in ("args", "expected"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.startswith("["):
+                raise ValueError(f"IOExample.{name} must be canonical data text, got {value!r:.80}")
 
 
 @dataclasses.dataclass(frozen=True)
 class TestSuite:
-    """A task's tests: assert statements (one outcome each) and/or a check program.
+    """A task's tests, run by the trusted grader process, never in the candidate's.
 
-    A check program defines `check(candidate)` (HumanEval's form); it is called with the
-    solution's `entry_point` and counts as one test.
+    `asserts`: statements, one outcome each. `check`: a program defining `check(candidate)`
+    (HumanEval's form), called with the solution's `entry_point`; one outcome. `examples`: calls
+    of `entry_point` whose results must equal the expected data exactly (floats within
+    `float_tolerance` when it is above 0); one outcome each. `preamble`: trusted code the grader
+    runs before the tests (HumanEval's prompt), so the helpers the tests use are the task's own.
     """
 
     __test__ = False  # not a pytest class, despite the name
@@ -81,20 +100,28 @@ class TestSuite:
     asserts: tuple[str, ...] = ()
     check: str | None = None
     entry_point: str | None = None
+    examples: tuple[IOExample, ...] = ()
+    preamble: str | None = None
+    float_tolerance: float = 0.0
 
     def __post_init__(self) -> None:
-        if not self.asserts and not self.check:
-            raise ValueError("a TestSuite needs at least one assert statement or a check program")
-        if self.check and not self.entry_point:
-            raise ValueError("a check program needs the entry_point it is called with")
+        if not self.asserts and not self.check and not self.examples:
+            raise ValueError("a TestSuite needs at least one assert statement, a check program "
+                             "or an example")
+        if (self.check or self.examples) and not self.entry_point:
+            raise ValueError("a check program or examples need the entry_point they call")
         for i, source in enumerate(self.asserts):
             _must_compile(source, f"asserts[{i}]")
         if self.check:
             _must_compile(self.check, "check")
+        if self.preamble:
+            _must_compile(self.preamble, "preamble")
+        if not 0 <= self.float_tolerance < 1:
+            raise ValueError(f"float_tolerance must be in [0, 1), got {self.float_tolerance}")
 
     @property
     def total(self) -> int:
-        return len(self.asserts) + (1 if self.check else 0)
+        return len(self.asserts) + (1 if self.check else 0) + len(self.examples)
 
 
 def _must_compile(source: str, where: str) -> None:
@@ -124,6 +151,7 @@ class CheckResult:
     outcomes: tuple[TestOutcome, ...]
     tests_total: int
     passed: bool
+    suspicion: str = ""  # trusted-side evidence that the candidate probed the grader ("" none)
 
     @property
     def tests_passed(self) -> int:

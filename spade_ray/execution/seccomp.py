@@ -85,6 +85,24 @@ def _assemble(program: list[tuple]) -> bytes:
     return bytes(out)
 
 
+def docker_profile(profile: Path = PROFILE) -> str:
+    """The same deny list as a Docker seccomp profile (JSON text for `--security-opt seccomp=`).
+    Docker resolves names per architecture itself. Unlike our BPF filter it allows other ABIs:
+    the engine's profile format cannot say "kill any other architecture" without listing them."""
+    spec = json.loads(profile.read_text())
+    errno_rule = {"action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}
+    rules = [{"names": spec["deny"], **errno_rule},
+             {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS}]
+    # One rule per flag: a rule's argument conditions must all hold, so "any of these flags"
+    # is several rules of "(flags & F) == F".
+    for flag in spec["clone_denied_flags"]:
+        value = CLONE_FLAGS[flag]
+        rules.append({"names": ["clone"], **errno_rule,
+                      "args": [{"index": 0, "value": value, "valueTwo": value,
+                                "op": "SCMP_CMP_MASKED_EQ"}]})
+    return json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": rules})
+
+
 def filter_fd(machine: str | None = None) -> int:
     """A memfd holding the program, positioned at 0, for `bwrap --seccomp FD` (caller closes)."""
     fd = os.memfd_create("spade-ray-seccomp", 0)

@@ -1,0 +1,182 @@
+"""Plain data as text, for the values that cross between a candidate and its grader.
+
+Standard library only: the jail's harness and the host both use this one file, so both sides
+agree byte for byte (the host loads it from here; the jail gets a copy next to harness.py).
+
+The encoding is a flat JSON array of strings, one token per value or container header, in
+prefix order: "N" None, "T"/"F" bools, "i<decimal>" int, "f<float.hex()>" float, "s<text>" str,
+"b<hex>" bytes, and "L<n>" list, "U<n>" tuple, "S<n>" set, "Z<n>" frozenset, "D<n>" dict (n
+key/value pairs) followed by their items. Flat, so that `json.loads` never recurses on input it
+did not write; both directions walk an explicit stack, so no input depth can reach Python's
+recursion limit.
+
+Only those exact types cross: a subclass (an int that equals anything), an object with its own
+`__eq__`, a generator or a numpy scalar is `NotPlainData`, which the grader scores as a wrong
+answer. `same()` is the grader's comparison: types must match exactly (True is not 1, 1 is not
+1.0), floats compare exactly unless a tolerance is given (then `math.isclose` with it as both
+the relative and the absolute tolerance), NaN equals NaN, and -0.0 equals 0.0.
+"""
+
+import json
+import math
+
+MAX_DEPTH = 64
+MAX_TOKENS = 1_000_000
+MAX_TEXT_BYTES = 16 * 1024 * 1024
+
+_CONTAINERS = {list: "L", tuple: "U", set: "S", frozenset: "Z", dict: "D"}
+_BUILDERS = {"L": list, "U": tuple, "S": set, "Z": frozenset, "D": dict}
+
+
+class NotPlainData(ValueError):
+    """The value (or the text) is not plain data within the caps; the message says why."""
+
+
+def encode(value) -> str:
+    """The canonical text of `value`. Raises NotPlainData (naming the offending type)."""
+    tokens = []
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if len(tokens) >= MAX_TOKENS:
+            raise NotPlainData(f"more than {MAX_TOKENS} values")
+        kind = type(item)
+        if item is None:
+            tokens.append("N")
+        elif kind is bool:
+            tokens.append("T" if item else "F")
+        elif kind is int:
+            tokens.append(f"i{item}")
+        elif kind is float:
+            tokens.append(f"f{item.hex()}")
+        elif kind is str:
+            tokens.append(f"s{item}")
+        elif kind is bytes:
+            tokens.append(f"b{item.hex()}")
+        elif kind in _CONTAINERS:
+            if depth >= MAX_DEPTH:
+                raise NotPlainData(f"nested deeper than {MAX_DEPTH}")
+            tokens.append(f"{_CONTAINERS[kind]}{len(item)}")
+            children = [x for pair in item.items() for x in pair] if kind is dict else list(item)
+            stack.extend((child, depth + 1) for child in reversed(children))
+        else:
+            raise NotPlainData(f"a {_type_name(item)} is not plain data")
+    text = json.dumps(tokens, ensure_ascii=True, separators=(",", ":"))
+    if len(text) > MAX_TEXT_BYTES:
+        raise NotPlainData(f"{len(text)} bytes encoded, over {MAX_TEXT_BYTES}")
+    return text
+
+
+def decode(text):
+    """The value `text` encodes. Raises NotPlainData for anything malformed or over the caps."""
+    if not isinstance(text, (str, bytes, bytearray)) or len(text) > MAX_TEXT_BYTES:
+        raise NotPlainData("not text, or over the size cap")
+    try:
+        tokens = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise NotPlainData(f"not canonical text: {type(e).__name__}") from None
+    if not isinstance(tokens, list) or not tokens or len(tokens) > MAX_TOKENS:
+        raise NotPlainData("not a token list of the allowed size")
+    # Each open container: [tag, items still expected, items so far].
+    open_items = []
+    result = _NOTHING = object()
+    for token in tokens:
+        if result is not _NOTHING:
+            raise NotPlainData("tokens after the end of the value")
+        if not isinstance(token, str) or not token:
+            raise NotPlainData("a token is not a non-empty string")
+        tag, body = token[0], token[1:]
+        if tag in _BUILDERS:
+            count = _count(body)
+            if len(open_items) >= MAX_DEPTH:
+                raise NotPlainData(f"nested deeper than {MAX_DEPTH}")
+            open_items.append([tag, count * 2 if tag == "D" else count, []])
+            value = _NOTHING
+        else:
+            value = _scalar(tag, body)
+        while open_items and (value is not _NOTHING or open_items[-1][1] == 0):
+            if value is not _NOTHING:
+                open_items[-1][2].append(value)
+                open_items[-1][1] -= 1
+                value = _NOTHING
+            if open_items[-1][1] == 0:
+                tag, _, items = open_items.pop()
+                value = _build(tag, items)
+        if not open_items and value is not _NOTHING:
+            result = value
+    if result is _NOTHING:
+        raise NotPlainData("the text ends inside a container")
+    return result
+
+
+def same(a, b, tolerance: float = 0.0) -> bool:
+    """Exact-type structural equality of two decoded values (see the module docstring)."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if type(x) is not type(y):
+            return False
+        if type(x) is float:
+            if not _same_float(x, y, tolerance):
+                return False
+        elif type(x) in (list, tuple):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif type(x) is dict:
+            # Typed keys: 1 and True are one key to Python but different data.
+            if {(type(k), k) for k in x} != {(type(k), k) for k in y}:
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif x != y:  # None, bool, int, str, bytes, and sets (whose items are hashable scalars)
+            return False
+    return True
+
+
+def _same_float(x: float, y: float, tolerance: float) -> bool:
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    if x == y:
+        return True
+    return tolerance > 0 and math.isclose(x, y, rel_tol=tolerance, abs_tol=tolerance)
+
+
+def _count(body: str) -> int:
+    if not body.isdigit() or len(body) > 7:
+        raise NotPlainData(f"bad container size {body[:20]!r}")
+    return int(body)
+
+
+def _scalar(tag: str, body: str):
+    try:
+        if tag == "N" and not body:
+            return None
+        if tag in "TF" and not body:
+            return tag == "T"
+        if tag == "i" and body.lstrip("-").isdigit():
+            return int(body)
+        if tag == "f":
+            return float.fromhex(body)
+        if tag == "s":
+            return body
+        if tag == "b":
+            return bytes.fromhex(body)
+    except ValueError as e:  # int over Python's digit limit, malformed hex
+        raise NotPlainData(f"bad {tag!r} token: {e}") from None
+    raise NotPlainData(f"unknown token {(tag + body)[:20]!r}")
+
+
+def _build(tag: str, items: list):
+    try:
+        if tag == "D":
+            return dict(zip(items[::2], items[1::2]))
+        return _BUILDERS[tag](items)
+    except TypeError as e:  # an unhashable set item or dict key
+        raise NotPlainData(f"bad {tag!r} container: {e}") from None
+
+
+def _type_name(value) -> str:
+    kind = type(value)
+    module = getattr(kind, "__module__", "")
+    name = getattr(kind, "__qualname__", "?")
+    return name if module == "builtins" else f"{module}.{name}"

@@ -1,0 +1,271 @@
+"""The trusted side of a check: runs a task's tests in a process of its own, never the candidate's.
+
+Forked by the harness (PID 1) before the candidate, it holds the tests; the candidate never does
+(the harness zeroes its copy before forking the candidate). Test code calls the candidate only
+through proxies: a call sends the arguments as canonical data (canonical.py) down a pipe to the
+candidate process, which calls its function there and sends back the result as canonical data.
+So what the tests compare is plain, type-exact data decoded here: an object with its own
+`__eq__`, a patched builtin, an exit, a trace hook or a forged report in the candidate's process
+changes nothing on this side. Non-dumpable (inherited from the harness): a process of the same
+uid cannot ptrace it or read its memory or fds through /proc.
+
+Test shapes: `examples` (an entry point, argument tuples, expected results, compared with
+`canonical.same`), `asserts` (statements; free names that neither Python's builtins nor the
+trusted `preamble` define become proxies of the candidate's functions), and `check` (HumanEval's
+`def check(candidate)`, called with a proxy of the entry point; the `preamble` (HumanEval's
+prompt) is run here first, so helpers the tests use, like `poly` or `encode_cyclic`, are the
+task's own, not the candidate's).
+
+What crosses is data: arguments are copies (a test cannot see the candidate mutate them), and only
+functions can be called (no objects, no module attributes). An exception the candidate raises
+comes back as the builtin exception of that name (or CandidateException), so tests that expect a
+`ValueError` work; a candidate that dies, answers out of turn or sends malformed data fails every
+later call with CandidateGone, a BaseException that test code's `except Exception` cannot
+swallow. Everything the tester notices that honest code would not do is reported as `suspicion`.
+
+Report (fd 3, one JSON object, then exit): {"nonce", "outcomes": [...], "suspicion": [str]}.
+"""
+
+import ast
+import builtins
+import json
+import os
+import struct
+import time
+
+import canonical
+
+REPORT_FD, REPLY_FD, CALL_FD = 3, 4, 5
+MESSAGE_CHARS = 300
+# Suspicious only if the candidate then exited with status 0 (the host knows): a program that
+# crashes mid-test is merely wrong, one that exits "successfully" mid-test is dodging the tests.
+ENDED = "the candidate process ended during the tests"
+
+
+class CandidateGone(BaseException):
+    """The candidate process can no longer answer (it ended, or broke the call protocol)."""
+
+
+class CandidateException(Exception):
+    """The candidate raised an exception that is not one of Python's builtin ones."""
+
+
+class NotPlainResult(BaseException):
+    """The candidate returned something that is not plain data: a wrong answer."""
+
+
+class Link:
+    """The call pipe pair to the candidate process, and what it did that honest code would not."""
+
+    def __init__(self):
+        self.seq = 0
+        self.gone = ""
+        self.suspicion = []
+
+    def call(self, name, args, kwargs):
+        if self.gone:
+            raise CandidateGone(self.gone)
+        try:
+            request = canonical.encode((self.seq, name, tuple(args), dict(kwargs)))
+        except canonical.NotPlainData as e:
+            raise TypeError(f"the test passed an argument that is not plain data: {e}") from None
+        try:
+            _write_frame(CALL_FD, request.encode("ascii"))
+            reply = _read_frame(REPLY_FD)
+        except OSError:
+            reply = None
+        if reply is None:
+            self._lose(ENDED)
+        try:
+            answer = canonical.decode(reply)
+        except canonical.NotPlainData as e:
+            self._lose(f"malformed reply ({e})")
+        return self._unpack(answer)
+
+    def _unpack(self, answer):
+        if (type(answer) is not tuple or len(answer) < 2 or type(answer[0]) is not int
+                or answer[0] != self.seq):
+            self._lose("a reply out of turn")
+        self.seq += 1
+        kind, rest = answer[1], answer[2:]
+        if kind == "ok" and len(rest) == 1:
+            return rest[0]
+        if kind == "raise" and len(rest) == 2 and all(type(x) is str for x in rest):
+            raise _exception(self, *rest)
+        if kind == "unplain" and len(rest) == 2 and all(type(x) is str for x in rest):
+            type_name, why = rest
+            if why:  # the candidate's side saw equality or hashing overridden, or a subclass
+                self.note(f"returned a {type_name[:80]} ({why[:80]})")
+            raise NotPlainResult(f"returned a {type_name[:80]}, not plain data")
+        self._lose("a reply of unknown shape")
+
+    def _lose(self, why):
+        self.gone = why
+        self.note(why)
+        raise CandidateGone(why)
+
+    def note(self, why):
+        if why not in self.suspicion:
+            self.suspicion.append(why)
+
+
+def _exception(link, type_name, message):
+    cls = getattr(builtins, type_name, None)
+    if isinstance(cls, type) and issubclass(cls, BaseException) and not issubclass(cls, Exception):
+        link.note(f"raised {type_name} in a test call")  # SystemExit, KeyboardInterrupt, ...
+        return CandidateGone(f"{type_name}: {message}")
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except Exception:  # noqa: BLE001 - e.g. UnicodeDecodeError needs five arguments
+            pass
+    return CandidateException(f"{type_name}: {message}")
+
+
+class Proxy:
+    """Stands for one of the candidate's functions in the test code."""
+
+    __slots__ = ("_link", "_name")
+
+    def __init__(self, link, name):
+        self._link = link
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        return self._link.call(self._name, args, kwargs)
+
+    def __repr__(self):
+        return f"<candidate function {self._name}>"
+
+
+def grade(tests, link):
+    """Run every test; returns the outcomes (one per assert, one for check, one per example)."""
+    namespace = {"__name__": "__grader__", "__builtins__": builtins}
+    preamble_error = _run_preamble(tests.get("preamble"), namespace)
+    entry = tests.get("entry_point")
+    if entry:
+        namespace[entry] = Proxy(link, entry)
+    sources = list(tests.get("asserts") or []) + ([tests["check"]] if tests.get("check") else [])
+    for name in _free_names(sources):
+        namespace.setdefault(name, Proxy(link, name))
+    outcomes = []
+    for i, source in enumerate(tests.get("asserts") or []):
+        outcomes.append(_one(f"assert[{i}]", preamble_error, lambda s=source: _exec(s, namespace)))
+    if tests.get("check"):
+        outcomes.append(_one("check", preamble_error,
+                             lambda: _run_check(tests["check"], namespace, entry)))
+    tolerance = float(tests.get("tolerance") or 0.0)
+    for i, (args_text, expected_text) in enumerate(tests.get("examples") or []):
+        outcomes.append(_one(f"example[{i}]", preamble_error,
+                             lambda a=args_text, e=expected_text:
+                             _run_example(link, entry, a, e, tolerance)))
+    return outcomes
+
+
+def _run_preamble(preamble, namespace):
+    if not preamble:
+        return ""
+    try:
+        exec(compile(preamble, "<preamble>", "exec"), namespace)
+        return ""
+    except BaseException as e:  # noqa: BLE001 - the task's own code failed: every test errors
+        return f"the task's preamble failed: {_describe(e)}"
+
+
+def _free_names(sources):
+    """Names the test code reads that Python's builtins do not define."""
+    names = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                names.add(node.id)
+    return sorted(n for n in names if not hasattr(builtins, n))
+
+
+def _exec(source, namespace):
+    exec(compile(source, "<test>", "exec"), namespace)
+
+
+def _run_check(source, namespace, entry):
+    _exec(source, namespace)
+    namespace["check"](namespace[entry])
+
+
+def _run_example(link, entry, args_text, expected_text, tolerance):
+    args, expected = canonical.decode(args_text), canonical.decode(expected_text)
+    got = link.call(entry, args, {})
+    if not canonical.same(got, expected, tolerance):
+        raise AssertionError("the result differs from the expected one")
+
+
+def _one(name, preamble_error, body):
+    start = time.perf_counter()
+    if preamble_error:
+        outcome, message = "error", preamble_error
+    else:
+        try:
+            body()
+            outcome, message = "passed", ""
+        except AssertionError as e:
+            outcome, message = "failed", _describe(e)
+        except BaseException as e:  # noqa: BLE001 - an erroring test is a failed test
+            outcome, message = "error", _describe(e)
+    return {"name": name, "outcome": outcome, "message": message[:MESSAGE_CHARS],
+            "wall_s": time.perf_counter() - start}
+
+
+def _describe(exc):
+    try:
+        text = str(exc)
+    except BaseException:  # noqa: BLE001
+        text = ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def main(secret):
+    """Entry point in the forked tester: `secret` is the tests' JSON. Never returns."""
+    code = 0
+    try:
+        tests = json.loads(bytes(secret))
+        link = Link()
+        outcomes = grade(tests, link)
+        report = {"nonce": tests["nonce"], "outcomes": outcomes, "suspicion": link.suspicion}
+        _write_all(REPORT_FD, json.dumps(report).encode("utf-8"))
+    except BaseException:  # noqa: BLE001 - no report: the check fails, nothing else
+        code = 1
+    os._exit(code)
+
+
+# ---------------------------------------------------------------- framing (both processes)
+
+
+def _write_frame(fd, body):
+    _write_all(fd, struct.pack(">I", len(body)) + body)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_frame(fd, cap=canonical.MAX_TEXT_BYTES):
+    """One frame's body, or None at end of stream, on an oversized header or mid-frame EOF."""
+    header = _read_exact(fd, 4)
+    if header is None:
+        return None
+    (size,) = struct.unpack(">I", header)
+    if size > cap:
+        return None
+    return _read_exact(fd, size)
+
+
+def _read_exact(fd, size):
+    buf = bytearray(size)
+    view, got = memoryview(buf), 0
+    while got < size:
+        n = os.readv(fd, [view[got:]])
+        if not n:
+            return None
+        got += n
+    return buf
