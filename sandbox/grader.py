@@ -30,6 +30,7 @@ import ast
 import builtins
 import json
 import os
+import select
 import struct
 import time
 
@@ -76,6 +77,8 @@ class Link:
             reply = None
         if reply is None:
             self._lose(ENDED)
+        if select.select([REPLY_FD], [], [], 0)[0]:  # more than the one answer we asked for
+            self.note("sent answers before it was asked")
         try:
             answer = canonical.decode(reply)
         except canonical.NotPlainData as e:
@@ -92,11 +95,12 @@ class Link:
             return rest[0]
         if kind == "raise" and len(rest) == 2 and all(type(x) is str for x in rest):
             raise _exception(self, *rest)
-        if kind == "unplain" and len(rest) == 2 and all(type(x) is str for x in rest):
-            type_name, why = rest
-            if why:  # the candidate's side saw equality or hashing overridden, or a subclass
+        if (kind == "unplain" and len(rest) == 3 and type(rest[0]) is str
+                and type(rest[1]) is str and type(rest[2]) is bool):
+            type_name, why, odd = rest
+            if odd:  # the candidate's side saw equality or hashing overridden, or a subclass
                 self.note(f"returned a {type_name[:80]} ({why[:80]})")
-            raise NotPlainResult(f"returned a {type_name[:80]}, not plain data")
+            raise NotPlainResult(f"returned a {type_name[:80]}: {why[:120]}")
         self._lose("a reply of unknown shape")
 
     def _lose(self, why):

@@ -187,6 +187,7 @@ def grader_main(req, fds, tests):
     install_fds({0: devnull, 1: devnull, 2: devnull, grader.REPORT_FD: fds["report_w"],
                  grader.REPLY_FD: fds["answers_r"], grader.CALL_FD: fds["calls_w"]})
     set_limits(req["limits"], req["rlimit_nproc"], req["limits"]["memory_mb"] + 128, False)
+    os.chdir("/")  # nothing the candidate writes in /work is near the grader
     grader.main(tests)
 
 
@@ -269,16 +270,20 @@ def answer(namespace, seq, name, args, kwargs):
         return canonical.encode((seq, "raise", type(e).__name__, grader._describe(e)[:300]))
     try:
         return canonical.encode((seq, "ok", value))
-    except canonical.NotPlainData:
-        kind = type(value)
-        overridden = [m for m in ("__eq__", "__ne__", "__hash__")
-                      if isinstance(value, PLAIN_TYPES) and getattr(kind, m, None)
-                      is not getattr(kind.__mro__[-2], m, None)]
-        why = ("subclass of a plain type" + (f" overriding {', '.join(overridden)}"
-                                              if overridden else "")
-               if isinstance(value, PLAIN_TYPES) else
-               "defines __eq__" if "__eq__" in vars(kind) else "")
-        return canonical.encode((seq, "unplain", canonical._type_name(value), why))
+    except canonical.NotPlainData as e:
+        return canonical.encode((seq, "unplain", canonical._type_name(value), _oddity(value)
+                                 or f"not plain data: {e}"[:200], bool(_oddity(value))))
+
+
+def _oddity(value):
+    """What makes a value look built to fool a comparison ("" for honest non-data)."""
+    kind = type(value)
+    if kind in PLAIN_TYPES or not isinstance(value, PLAIN_TYPES):
+        return "defines __eq__" if "__eq__" in vars(kind) and kind not in PLAIN_TYPES else ""
+    overridden = [m for m in ("__eq__", "__ne__", "__hash__")
+                  if any(m in vars(k) for k in kind.__mro__[:-2] if k not in PLAIN_TYPES)]
+    return "subclass of a plain type" + (f" overriding {', '.join(overridden)}"
+                                          if overridden else "")
 
 
 def _flag_memory_error():
@@ -553,12 +558,12 @@ def clear_work_dir():
     to the top level one level at a time (rename within one tmpfs) and each level is emptied
     through a directory fd, with permissions restored first."""
     try:
+        os.chmod(WORK_DIR, 0o700)  # ours (uid 65534): a candidate may have taken our access
         top = os.open(WORK_DIR, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
         return f"{type(e).__name__}: {e}"
     moved = 0
     try:
-        os.fchmod(top, 0o700)
         while True:
             names = os.listdir(top)
             if not names:

@@ -1,0 +1,434 @@
+"""Canaries for the reward: programs that try to be scored correct without being correct.
+
+Every attack is a WRONG solution of `add(a, b)` (it never returns a + b by itself) plus a trick
+aimed at the grader. Each runs against the three shapes of tests (assert statements, a HumanEval
+`check(candidate)` with its preamble, I/O examples) on every backend, and must score exactly 0.0,
+never pass, and never come back `sandbox_error` (which would drop it from training instead of
+penalising it). Controls, correct programs with odd but honest habits, must score 1.0. The
+families: equality overloading and plain-type subclasses, builtin shadowing and patching, exits and
+BaseExceptions at every point, trace and profile hooks, frame, gc and memory introspection, fd
+forging and flooding, attacks on the grader process, and harness-crash attempts.
+"""
+
+import textwrap
+
+import pytest
+
+from spade_ray.evaluation.scoring import score
+from spade_ray.execution.canonical import example
+from spade_ray.records import Candidate, ExecStatus, TestSuite
+
+ASSERTS = TestSuite(asserts=("assert add(1, 2) == 3", "assert add(-1, 4) == 3",
+                             "assert add(10, 5) == 15"))
+CHECK = TestSuite(
+    preamble='def add(a, b):\n    """Return a + b."""\n',
+    check=textwrap.dedent("""\
+        def check(candidate):
+            assert candidate(1, 2) == 3
+            assert candidate(-1, 4) == 3
+            assert abs(candidate(0.5, 0.25) - 0.75) < 1e-9
+            assert isinstance(candidate(10, 5), int) and sorted([candidate(2, 2), 1]) == [1, 4]
+        """),
+    entry_point="add")
+EXAMPLES = TestSuite(entry_point="add", examples=(example((1, 2), 3), example((-1, 4), 3),
+                                                  example((10, 5), 15)))
+SHAPES = {"asserts": ASSERTS, "check": CHECK, "examples": EXAMPLES}
+
+WRONG = "def add(a, b):\n    return 0\n"
+# A memory scanner for the test text: it finds a match anywhere in the process except inside the
+# needle it builds (so a positive control can show that it does find planted text).
+SCAN = """
+import ctypes, mmap, re, sys
+def leaked(needle):
+    size = 1 << 26
+    buf = mmap.mmap(-1, size)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    own = [(id(needle), id(needle) + sys.getsizeof(needle)), (base, base + size)]
+    hits = 0
+    with open("/proc/self/maps") as maps:
+        regions = [line.split() for line in maps]
+    for fields in regions:  # anonymous memory, heap and stack: where a process keeps data
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        name = fields[5] if len(fields) > 5 else ""
+        if "r" not in fields[1] or end - start > size or name not in ("", "[heap]", "[stack]"):
+            continue
+        ctypes.memmove(base, start, end - start)
+        for m in re.finditer(re.escape(needle), memoryview(buf)[:end - start]):
+            if not any(lo <= start + m.start() < hi for lo, hi in own):
+                hits += 1
+    return hits
+"""
+
+ATTACKS = {
+    "always_equal_object": """
+        class Anything:
+            def __eq__(self, other): return True
+            def __ne__(self, other): return False
+            def __lt__(self, other): return True
+            def __sub__(self, other): return 0
+            def __abs__(self): return 0
+            __hash__ = object.__hash__
+        def add(a, b):
+            return Anything()
+    """,
+    "int_subclass_equal_to_anything": """
+        class Int(int):
+            def __eq__(self, other): return True
+            def __ne__(self, other): return False
+            def __sub__(self, other): return Int(0)
+            __hash__ = int.__hash__
+        def add(a, b):
+            return Int(0)
+    """,
+    "str_and_list_subclasses": """
+        class S(str):
+            def __eq__(self, other): return True
+            __hash__ = str.__hash__
+        class L(list):
+            def __eq__(self, other): return True
+        def add(a, b):
+            return L([S("x")])
+    """,
+    "float_nan_and_bool_masquerade": """
+        def add(a, b):
+            return float("nan") if isinstance(a, float) else True
+    """,
+    "generator_instead_of_value": """
+        def add(a, b):
+            yield a + b
+    """,
+    "builtins_patched": """
+        import builtins
+        builtins.abs = lambda x: 0
+        builtins.isinstance = lambda *a: True
+        builtins.sorted = lambda *a, **k: [1, 4]
+        builtins.round = lambda *a: 0
+        builtins.AssertionError = type("Nope", (Exception,), {})
+        def add(a, b):
+            return 0
+    """,
+    "builtins_shadowed_in_module": """
+        def abs(x): return 0
+        def isinstance(*a): return True
+        def sorted(*a, **k): return [1, 4]
+        def add(a, b):
+            return 0
+    """,
+    "exec_and_compile_patched": """
+        import builtins, sys
+        real_compile = builtins.compile
+        builtins.exec = lambda *a, **k: None
+        builtins.compile = lambda src, fn, mode, *a, **k: real_compile("pass", fn, mode)
+        builtins.__import__ = lambda *a, **k: type(sys)("fake")
+        def add(a, b):
+            return 0
+    """,
+    "json_and_struct_patched": """
+        import json, struct, os
+        json.dumps = lambda *a, **k: '{"outcomes": [], "passed": true}'
+        json.loads = lambda *a, **k: {"outcome": "passed"}
+        struct.pack = lambda *a: b"\\x00\\x00\\x00\\x02{}"
+        os.write = lambda fd, data: len(data)
+        def add(a, b):
+            return 0
+    """,
+    "trace_hook_skips_lines": """
+        import sys, threading
+        def tracer(frame, event, arg):
+            frame.f_trace_lines = True
+            if event == "line" and "assert" in (frame.f_code.co_filename or ""):
+                frame.f_lineno = frame.f_lineno + 1
+            return tracer
+        sys.settrace(tracer)
+        threading.settrace(tracer)
+        sys.setprofile(lambda *a: None)
+        def add(a, b):
+            return 0
+    """,
+    "exit_zero_at_import": """
+        import sys
+        def add(a, b):
+            return 0
+        sys.exit(0)
+    """,
+    "os_exit_zero_at_import": """
+        import os
+        os._exit(0)
+        def add(a, b):
+            return 0
+    """,
+    "os_exit_zero_inside_the_call": """
+        import os
+        def add(a, b):
+            os._exit(0)
+    """,
+    "system_exit_inside_the_call": """
+        def add(a, b):
+            raise SystemExit(0)
+    """,
+    "keyboard_interrupt_inside_the_call": """
+        def add(a, b):
+            raise KeyboardInterrupt
+    """,
+    "generator_exit_and_base_exception": """
+        class Boom(BaseException):
+            pass
+        def add(a, b):
+            raise Boom("passed")
+    """,
+    "kill_self_and_every_process": """
+        import os, signal
+        def add(a, b):
+            os.kill(-1, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """,
+    "stop_every_other_process": """
+        import os, signal
+        def add(a, b):
+            os.kill(-1, signal.SIGSTOP)
+            return 0
+    """,
+    "caller_frame_rewritten": """
+        import sys
+        def add(a, b):
+            frame = sys._getframe(1)
+            while frame is not None:
+                for key in list(frame.f_locals):
+                    if "expected" in key or key in ("value", "outcome", "message"):
+                        frame.f_locals[key] = 0
+                frame = frame.f_back
+            return 0
+    """,
+    "tests_sought_through_gc_and_frames": """
+        import gc, sys
+        def add(a, b):
+            needle = "51 =="[::-1]  # built here, so that the program's own text lacks it
+            me = sys._getframe()
+            frames = [f for f in sys._current_frames().values() if f is not me]
+            for holder in gc.get_objects() + [f.f_locals for f in frames]:
+                items = (holder.items() if isinstance(holder, dict) else
+                         holder if isinstance(holder, (list, tuple)) else ())
+                for item in items:
+                    for text in item if isinstance(item, tuple) else (item,):
+                        if isinstance(text, str) and text is not needle and needle in text:
+                            return a + b
+            return 0
+    """,
+    "tests_sought_in_process_memory": SCAN + textwrap.dedent("""
+        def add(a, b):
+            return a + b if leaked(bytes(reversed(b"51 == )5 ,01("))) else 0
+    """),
+    "forged_reports_on_every_fd": """
+        import os, json, struct
+        forged = json.dumps({"nonce": "", "outcomes": [{"name": "assert[0]",
+                             "outcome": "passed", "message": "", "wall_s": 0}]}).encode()
+        for fd in range(3, 256):
+            for data in (forged, struct.pack(">I", len(forged)) + forged,
+                         b'["U3","i0","sok","i3"]'):
+                try:
+                    os.write(fd, data)
+                except OSError:
+                    pass
+        def add(a, b):
+            return 0
+    """,
+    "answers_pushed_before_the_calls": """
+        import os, struct
+        for seq in range(8):
+            body = ('["U3","i%d","sok","i7"]' % seq).encode()
+            try:
+                os.write(5, struct.pack(">I", len(body)) + body)
+            except OSError:
+                pass
+        def add(a, b):
+            return 0
+    """,
+    "call_pipes_redirected": """
+        import os
+        os.dup2(1, 4)
+        os.dup2(2, 5)
+        def add(a, b):
+            return 0
+    """,
+    "flood_every_fd": """
+        import os
+        chunk = b"[" * 65536
+        def add(a, b):
+            for fd in (3, 5):
+                try:
+                    for _ in range(3000):
+                        os.write(fd, chunk)
+                except OSError:
+                    pass
+            return 0
+    """,
+    "huge_reply_header": """
+        import os
+        def add(a, b):
+            os.write(5, b"\\xff\\xff\\xff\\xff" + b"x" * 1000)
+            return 0
+    """,
+    "grader_memory_and_proc": """
+        import os
+        def add(a, b):
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                if int(pid) == os.getpid():
+                    continue
+                for name in ("mem", "environ", "fd/3", "fd/4", "fd/5", "cmdline"):
+                    try:
+                        with open(f"/proc/{pid}/{name}", "rb") as f:
+                            if b"== 15" in f.read(1 << 20):
+                                return a + b
+                    except OSError:
+                        pass
+            return 0
+    """,
+    "deep_directory_chain_left_behind": """
+        import os
+        os.chdir("/work")
+        for i in range(400):  # 40 kB deep: past PATH_MAX, within the test's inode cap
+            os.mkdir("d" * 100)
+            os.chdir("d" * 100)
+        def add(a, b):
+            return 0
+    """,
+    "unreadable_directories_left_behind": """
+        import os
+        os.makedirs("/work/a/b/c")
+        for path in ("/work/a/b/c", "/work/a/b", "/work/a"):
+            os.chmod(path, 0)
+        os.symlink("/work", "/work/loop")
+        os.mkfifo("/work/fifo")
+        def add(a, b):
+            return 0
+    """,
+    "working_dir_made_unusable": """
+        import os
+        open("/work/x", "w").write("x")
+        os.chmod("/work", 0)
+        def add(a, b):
+            return 0
+    """,
+    "deeply_nested_return_value": """
+        def add(a, b):
+            x = []
+            for _ in range(100000):
+                x = [x]
+            return x
+    """,
+    "self_referencing_return_value": """
+        def add(a, b):
+            x = []
+            x.append(x)
+            return x
+    """,
+}
+
+CONTROLS = {
+    "plain": "def add(a, b):\n    return a + b\n",
+    "prints_and_writes_files": """
+        import sys
+        print("PASS", flush=True)
+        print("FAIL", file=sys.stderr)
+        open("/work/scratch.txt", "w").write("x")
+        def add(a, b):
+            print(a, b)
+            return a + b
+    """,
+    "helper_functions_and_background_thread": """
+        import threading, time
+        threading.Thread(target=time.sleep, args=(60,)).start()
+        def _plus(a, b):
+            return a + b
+        def add(a, b):
+            return _plus(a, b)
+    """,
+    "shadows_builtins_for_its_own_use": """
+        def abs(x):
+            return -x if x < 0 else x
+        def add(a, b):
+            return a + b
+    """,
+}
+
+
+def verdict(sandbox, code, tests):
+    result = sandbox.check(textwrap.dedent(code), tests)
+    candidate = Candidate(candidate_id="t/0", task_id="t", code=code, solver_version=0,
+                          prompt_tokens=0, completion_tokens=0)
+    return result, score(candidate, result)
+
+
+@pytest.mark.parametrize("program", [*ATTACKS.values(), *CONTROLS.values()])
+def test_every_canary_is_valid_python(program):
+    """A canary that does not compile would score 0.0 for the wrong reason."""
+    compile(textwrap.dedent(program), "canary", "exec")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_attack_scores_zero(sandbox, attack, shape):
+    result, s = verdict(sandbox, ATTACKS[attack], SHAPES[shape])
+    assert (s.value, result.passed) == (0.0, False), result.outcomes
+    assert result.execution.status is not ExecStatus.SANDBOX_ERROR, result.execution.detail
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("control", CONTROLS)
+def test_control_scores_one(sandbox, control, shape):
+    result, s = verdict(sandbox, CONTROLS[control], SHAPES[shape])
+    assert (s.value, result.passed) == (1.0, True), (result.outcomes, result.execution)
+
+
+def test_the_memory_scanner_finds_text_that_is_there(sandbox):
+    """Positive control for the memory canary: a needle it did not build is found."""
+    code = SCAN + "\nplanted = ''.join(['== ', '15'])\nprint(leaked(b'== 15'))\n"
+    assert sandbox.run(textwrap.dedent(code)).stdout.strip() not in ("", "0")
+
+
+@pytest.mark.parametrize("attack", ["always_equal_object", "int_subclass_equal_to_anything",
+                                    "exit_zero_at_import", "os_exit_zero_inside_the_call",
+                                    "kill_self_and_every_process", "answers_pushed_before_the_calls",
+                                    "keyboard_interrupt_inside_the_call"])
+def test_probing_is_flagged_as_suspicion(sandbox, attack):
+    result, _ = verdict(sandbox, ATTACKS[attack], ASSERTS)
+    assert result.suspicion
+
+
+@pytest.mark.parametrize("code", [WRONG, "def add(a, b):\n    return a - b\n",
+                                  "raise ValueError('bug at import')",
+                                  "def add(a, b):\n    return [a, b][2]\n"])
+def test_honest_mistakes_are_not_suspicious(sandbox, code):
+    result, _ = verdict(sandbox, code, ASSERTS)
+    assert not result.passed and result.suspicion == ""
+
+
+def test_a_forged_frame_does_not_touch_the_next_candidates(sandbox):
+    sandbox.check(textwrap.dedent(ATTACKS["forged_reports_on_every_fd"]), ASSERTS)
+    results = [sandbox.check(CONTROLS["plain"], ASSERTS) for _ in range(3)]
+    assert all(r.passed for r in results)
+
+
+def test_ipc_objects_cannot_be_created(sandbox):
+    code = textwrap.dedent("""
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        print(libc.shmget(0, 150 << 20, 0o1000 | 0o600), libc.semget(0, 1, 0o1000 | 0o600),
+              libc.msgget(0, 0o1000 | 0o600))
+        try:
+            print(os.listdir("/dev/shm"), open("/dev/shm/x", "w"))
+        except OSError as e:
+            print("shm", type(e).__name__)
+    """)
+    result = sandbox.run(code)
+    assert result.stdout.split()[:3] == ["-1", "-1", "-1"], result.stdout
+
+
+def test_io_uring_is_refused(sandbox):
+    code = textwrap.dedent("""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        params = ctypes.create_string_buffer(120)
+        print(libc.syscall(425, 8, params), ctypes.get_errno())
+    """)
+    assert sandbox.run(code).stdout.split() == ["-1", "1"]
