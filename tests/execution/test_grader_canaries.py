@@ -386,10 +386,10 @@ def test_the_memory_scanner_finds_text_that_is_there(sandbox):
     assert sandbox.run(textwrap.dedent(code)).stdout.strip() not in ("", "0")
 
 
-@pytest.mark.parametrize("attack", ["always_equal_object", "int_subclass_equal_to_anything",
-                                    "exit_zero_at_import", "os_exit_zero_inside_the_call",
-                                    "kill_self_and_every_process", "answers_pushed_before_the_calls",
-                                    "keyboard_interrupt_inside_the_call"])
+@pytest.mark.parametrize("attack", [
+    "always_equal_object", "int_subclass_equal_to_anything", "exit_zero_at_import",
+    "os_exit_zero_inside_the_call", "kill_self_and_every_process",
+    "answers_pushed_before_the_calls", "keyboard_interrupt_inside_the_call"])
 def test_probing_is_flagged_as_suspicion(sandbox, attack):
     result, _ = verdict(sandbox, ATTACKS[attack], ASSERTS)
     assert result.suspicion

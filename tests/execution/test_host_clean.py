@@ -1,10 +1,12 @@
 """After hostile runs and close(), the host is as it was: no process, mount or cgroup left."""
 
 import os
+import re
 from pathlib import Path
 
 from spade_ray.execution import cgroups
 from spade_ray.execution.local import MOUNT_ROOT
+from spade_ray.records import TestSuite
 from tests.conftest import TEST_LIMITS, open_sandbox
 
 HOSTILE = [
@@ -44,3 +46,14 @@ def test_nothing_of_the_local_sandbox_survives_close():
     assert sandbox_uid_processes() - before[0] == set()
     assert our_mounts() - before[1] == set()
     assert our_cgroups() - before[2] == set()
+
+
+def test_a_flood_on_the_flag_fd_does_not_grow_the_harness():
+    """The server reads what a candidate floods it with through fixed caps (192 MB here)."""
+    flood = ("import os\nchunk = b'[' * 65536\nfor _ in range(3000):\n    os.write(3, chunk)\n"
+             "def add(a, b):\n    return a + b\n")
+    with open_sandbox("local", limits=TEST_LIMITS, workers=1) as sb:
+        sb.check(flood, TestSuite(asserts=("assert add(1, 2) == 3",)))
+        status = Path(f"/proc/{sb._all[0]._harness_pid}/status").read_text()
+    peak_kb = int(re.search(r"VmHWM:\s+(\d+)", status).group(1))
+    assert peak_kb < 64 * 1024
