@@ -4,7 +4,8 @@ Standard library only: the jail's harness and the host both use this one file, s
 agree byte for byte (the host loads it from here; the jail gets a copy next to harness.py).
 
 The encoding is a flat JSON array of strings, one token per value or container header, in
-prefix order: "N" None, "T"/"F" bools, "i<decimal>" int, "f<float.hex()>" float, "s<text>" str,
+prefix order: "N" None, "T"/"F" bools, "i<hex>" int (hex: no digit limit, unlike decimal),
+"f<float.hex()>" float, "s<text>" str,
 "b<hex>" bytes, and "L<n>" list, "U<n>" tuple, "S<n>" set, "Z<n>" frozenset, "D<n>" dict (n
 key/value pairs) followed by their items. Flat, so that `json.loads` never recurses on input it
 did not write; both directions walk an explicit stack, so no input depth can reach Python's
@@ -26,6 +27,7 @@ MAX_TEXT_BYTES = 16 * 1024 * 1024
 
 _CONTAINERS = {list: "L", tuple: "U", set: "S", frozenset: "Z", dict: "D"}
 _BUILDERS = {"L": list, "U": tuple, "S": set, "Z": frozenset, "D": dict}
+_HEX = frozenset("0123456789abcdef")
 
 
 class NotPlainData(ValueError):
@@ -46,7 +48,7 @@ def encode(value) -> str:
         elif kind is bool:
             tokens.append("T" if item else "F")
         elif kind is int:
-            tokens.append(f"i{item}")
+            tokens.append(f"i{item:x}")
         elif kind is float:
             tokens.append(f"f{item.hex()}")
         elif kind is str:
@@ -153,15 +155,15 @@ def _scalar(tag: str, body: str):
             return None
         if tag in "TF" and not body:
             return tag == "T"
-        if tag == "i" and body.lstrip("-").isdigit():
-            return int(body)
+        if tag == "i" and body and all(c in _HEX for c in body.removeprefix("-")):
+            return int(body, 16)
         if tag == "f":
             return float.fromhex(body)
         if tag == "s":
             return body
         if tag == "b":
             return bytes.fromhex(body)
-    except ValueError as e:  # int over Python's digit limit, malformed hex
+    except ValueError as e:  # malformed hex
         raise NotPlainData(f"bad {tag!r} token: {e}") from None
     raise NotPlainData(f"unknown token {(tag + body)[:20]!r}")
 

@@ -1,0 +1,74 @@
+"""The canonical data codec (sandbox/canonical.py): what crosses between candidate and grader."""
+
+import math
+
+import pytest
+
+from spade_ray.execution.canonical import NotPlainData, decode, encode, example, same
+
+PLAIN = [None, True, False, 0, -7, 10**5000, 1.5, -0.0, float("inf"), "", "héllo\ud800",
+         b"\x00\xff", [], [1, [2, [3]]], (), (1, "a"), {1: "a", "b": [None]}, set(), {1, 2},
+         frozenset({"x"}), {(1, 2): frozenset({3})}]
+
+
+@pytest.mark.parametrize("value", PLAIN, ids=lambda v: type(v).__name__)
+def test_plain_values_round_trip_with_their_exact_types(value):
+    back = decode(encode(value))
+    assert same(value, back) and type(back) is type(value)
+
+
+def test_nan_round_trips_and_equals_nan():
+    assert math.isnan(decode(encode(float("nan")))) and same(float("nan"), float("nan"))
+
+
+class EqualsAnything(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+@pytest.mark.parametrize("value", [EqualsAnything(1), [EqualsAnything(2)], (x for x in []),
+                                   object(), print, type("E", (), {})()], ids=repr)
+def test_anything_but_plain_data_is_refused(value):
+    with pytest.raises(NotPlainData):
+        encode(value)
+
+
+def test_a_cycle_is_refused_not_followed_forever():
+    loop = []
+    loop.append(loop)
+    with pytest.raises(NotPlainData, match="deeper"):
+        encode(loop)
+
+
+@pytest.mark.parametrize("text", ["", "[", "[" * 100_000, "{}", "[]", '["L2","i1"]',
+                                  '["i1","i2"]', '["S1","L0"]', '["x"]', '["i"]', '["i-"]',
+                                  '["i12g"]', '["f1.5zz"]', '["L99999999"]', '[1]', '["D1","i1"]',
+                                  '[' + '"L1",' * 70 + '"N"]'],
+                         ids=lambda t: t[:30])
+def test_malformed_text_is_refused_without_recursion(text):
+    with pytest.raises(NotPlainData):
+        decode(text)
+
+
+@pytest.mark.parametrize("a, b", [(1, True), (1, 1.0), ([1], (1,)), ({1: 2}, {True: 2}),
+                                  ("1", 1), (b"a", "a"), ({1}, frozenset({1})), (None, 0)])
+def test_same_requires_the_same_types(a, b):
+    assert not same(a, b)
+
+
+def test_same_compares_floats_exactly_unless_a_tolerance_is_given():
+    assert not same(0.1 + 0.2, 0.3)
+    assert same(0.1 + 0.2, 0.3, tolerance=1e-9)
+    assert same(0.0, -0.0)
+
+
+def test_example_encodes_arguments_and_expected_value():
+    e = example((1, [2]), {"k": 3})
+    assert decode(e.args) == (1, [2]) and decode(e.expected) == {"k": 3}
+
+
+def test_example_arguments_must_be_a_tuple():
+    with pytest.raises(NotPlainData, match="tuple"):
+        example([1], 2)
