@@ -62,7 +62,7 @@ def encode(value) -> str:
             children = [x for pair in item.items() for x in pair] if kind is dict else list(item)
             stack.extend((child, depth + 1) for child in reversed(children))
         else:
-            raise NotPlainData(f"a {_type_name(item)} is not plain data")
+            raise NotPlainData(f"a {type_name(item)} is not plain data")
     text = json.dumps(tokens, ensure_ascii=True, separators=(",", ":"))
     if len(text) > MAX_TEXT_BYTES:
         raise NotPlainData(f"{len(text)} bytes encoded, over {MAX_TEXT_BYTES}")
@@ -177,7 +177,7 @@ def _build(tag: str, items: list):
         raise NotPlainData(f"bad {tag!r} container: {e}") from None
 
 
-def _type_name(value) -> str:
+def type_name(value) -> str:
     kind = type(value)
     module = getattr(kind, "__module__", "")
     name = getattr(kind, "__qualname__", "?")

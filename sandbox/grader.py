@@ -71,8 +71,8 @@ class Link:
         except canonical.NotPlainData as e:
             raise TypeError(f"the test passed an argument that is not plain data: {e}") from None
         try:
-            _write_frame(CALL_FD, request.encode("ascii"))
-            reply = _read_frame(REPLY_FD)
+            send_frame(CALL_FD, request.encode("ascii"))
+            reply = recv_frame(REPLY_FD)
         except OSError:
             reply = None
         if reply is None:
@@ -173,7 +173,7 @@ def _run_preamble(preamble, namespace):
         exec(compile(preamble, "<preamble>", "exec"), namespace)
         return ""
     except BaseException as e:  # noqa: BLE001 - the task's own code failed: every test errors
-        return f"the task's preamble failed: {_describe(e)}"
+        return f"the task's preamble failed: {describe(e)}"
 
 
 def _free_names(sources):
@@ -211,14 +211,14 @@ def _one(name, preamble_error, body):
             body()
             outcome, message = "passed", ""
         except AssertionError as e:
-            outcome, message = "failed", _describe(e)
+            outcome, message = "failed", describe(e)
         except BaseException as e:  # noqa: BLE001 - an erroring test is a failed test
-            outcome, message = "error", _describe(e)
+            outcome, message = "error", describe(e)
     return {"name": name, "outcome": outcome, "message": message[:MESSAGE_CHARS],
             "wall_s": time.perf_counter() - start}
 
 
-def _describe(exc):
+def describe(exc):
     try:
         text = str(exc)
     except BaseException:  # noqa: BLE001
@@ -234,37 +234,38 @@ def main(secret):
         link = Link()
         outcomes = grade(tests, link)
         report = {"nonce": tests["nonce"], "outcomes": outcomes, "suspicion": link.suspicion}
-        _write_all(REPORT_FD, json.dumps(report).encode("utf-8"))
+        write_all(REPORT_FD, json.dumps(report).encode("utf-8"))
     except BaseException:  # noqa: BLE001 - no report: the check fails, nothing else
         code = 1
     os._exit(code)
 
 
-# ---------------------------------------------------------------- framing (both processes)
+# ---------------------------------------------------------------- framing (harness.py uses it too)
 
 
-def _write_frame(fd, body):
-    _write_all(fd, struct.pack(">I", len(body)) + body)
+def send_frame(fd, body):
+    write_all(fd, struct.pack(">I", len(body)) + body)
 
 
-def _write_all(fd, data):
+def write_all(fd, data):
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
 
 
-def _read_frame(fd, cap=canonical.MAX_TEXT_BYTES):
+def recv_frame(fd, cap=canonical.MAX_TEXT_BYTES):
     """One frame's body, or None at end of stream, on an oversized header or mid-frame EOF."""
-    header = _read_exact(fd, 4)
+    header = read_exact(fd, 4)
     if header is None:
         return None
     (size,) = struct.unpack(">I", header)
     if size > cap:
         return None
-    return _read_exact(fd, size)
+    return read_exact(fd, size)
 
 
-def _read_exact(fd, size):
+def read_exact(fd, size):
+    """`size` bytes from fd into a fresh bytearray (never an immutable copy), or None at EOF."""
     buf = bytearray(size)
     view, got = memoryview(buf), 0
     while got < size:

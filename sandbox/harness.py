@@ -101,26 +101,14 @@ class ProtocolError(Exception):
     """The host broke the wire format: the server reports it and exits."""
 
 
-def read_exact(fd, size):
-    """`size` bytes from fd into a fresh bytearray (never an immutable copy), or None at EOF."""
-    buf = bytearray(size)
-    view, got = memoryview(buf), 0
-    while got < size:
-        n = os.readv(fd, [view[got:]])
-        if not n:
-            return None
-        got += n
-    return buf
-
-
 def read_raw_frame(fd, cap):
-    header = read_exact(fd, 4)
+    header = grader.read_exact(fd, 4)
     if header is None:
         return None
     (size,) = struct.unpack(">I", header)
     if size > cap:
         raise ProtocolError(f"frame of {size} bytes over the {cap}-byte cap")
-    body = read_exact(fd, size)
+    body = grader.read_exact(fd, size)
     if body is None:
         raise ProtocolError("control channel closed mid-frame")
     return body
@@ -136,8 +124,8 @@ def write_frame(fd, obj):
 
 
 def write_raw_frame(fd, body):
-    grader._write_all(fd, struct.pack(">I", len(body)))
-    grader._write_all(fd, body)
+    grader.write_all(fd, struct.pack(">I", len(body)))
+    grader.write_all(fd, body)
 
 
 def zero(buf, size=None):
@@ -253,11 +241,11 @@ def run_candidate(code, serve):
 def answer_calls(namespace):
     """Serve the grader: one canonical answer per call, until it closes the pipe."""
     while True:
-        body = grader._read_frame(CALLS_FD)
+        body = grader.recv_frame(CALLS_FD)
         if body is None:
             return
         seq, name, args, kwargs = canonical.decode(body)
-        grader._write_frame(ANSWERS_FD, answer(namespace, seq, name, args, kwargs).encode())
+        grader.send_frame(ANSWERS_FD, answer(namespace, seq, name, args, kwargs).encode())
 
 
 def answer(namespace, seq, name, args, kwargs):
@@ -269,11 +257,11 @@ def answer(namespace, seq, name, args, kwargs):
     except BaseException as e:  # noqa: BLE001 - the grader decides what it means
         if isinstance(e, MemoryError):
             _flag_memory_error()
-        return canonical.encode((seq, "raise", type(e).__name__, grader._describe(e)[:300]))
+        return canonical.encode((seq, "raise", type(e).__name__, grader.describe(e)[:300]))
     try:
         return canonical.encode((seq, "ok", value))
     except canonical.NotPlainData as e:
-        return canonical.encode((seq, "unplain", canonical._type_name(value), _oddity(value)
+        return canonical.encode((seq, "unplain", canonical.type_name(value), _oddity(value)
                                  or f"not plain data: {e}"[:200], bool(_oddity(value))))
 
 
@@ -441,6 +429,8 @@ def _pump(run, pid, start, stdin_w, stdin_data, out_r, err_r, flag_r, report_r):
         os.close(stdin_w)
         stdin_w = None
     readers = [fd for fd in (out_r, err_r, flag_r, report_r) if fd is not None]
+    for fd in readers:
+        os.set_blocking(fd, False)
     next_cpu_check = start + CPU_POLL_S
     while run.reason is None and waiting:
         now = time.monotonic()
@@ -513,8 +503,8 @@ def _take(run, fd, out_r, err_r, flag_r):
 
 
 def _read_some(fd, size, into=None):
-    """Bytes read (or, with `into`, how many), b""/0 at end of stream, None if none yet."""
-    os.set_blocking(fd, False)
+    """Bytes read (or, with `into`, how many), b""/0 at end of stream, None if none yet (the
+    fds are non-blocking)."""
     try:
         return os.readv(fd, [into]) if into is not None else os.read(fd, size)
     except BlockingIOError:
