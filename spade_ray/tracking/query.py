@@ -23,7 +23,8 @@ marked JSON hold JSON text (use json_extract); primary keys make re-recording a 
   executions        (run_id, round, candidate_id) -- a candidate run against its task's tests
       candidate_id, task_id, status, exit_code, stdout, stderr, truncated (by the sandbox),
       wall_s, cpu_s, peak_memory_mb, env_hash, limits_enforced_by, detail,
-      outcomes JSON [{name, outcome, message, wall_s}], tests_total, passed, text_state
+      attempts (2: a sandbox_error re-run), outcomes JSON [{name, outcome, message, wall_s}],
+      tests_total, passed, suspicion (evidence of probing the grader; '' none), text_state
   scores            (run_id, round, candidate_id) -- the evaluator's verdict
       candidate_id, task_id, value, passed, tests_passed, tests_total, status, cpu_s,
       peak_memory_mb

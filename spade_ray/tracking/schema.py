@@ -20,7 +20,7 @@ from spade_ray.records import CheckResult, Completion, ExecResult, Task, from_di
 
 R = TypeVar("R")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: executions.attempts and executions.suspicion
 
 # Every row says which run, which round, and which weights were live when it was written.
 _STAMP = """run_id TEXT NOT NULL, round INTEGER NOT NULL,
@@ -48,8 +48,8 @@ TABLES: dict[str, str] = {
         exit_code INTEGER, stdout TEXT NOT NULL, stderr TEXT NOT NULL, truncated INTEGER NOT NULL,
         wall_s REAL NOT NULL, cpu_s REAL NOT NULL, peak_memory_mb REAL NOT NULL,
         env_hash TEXT NOT NULL, limits_enforced_by TEXT NOT NULL, detail TEXT NOT NULL,
-        outcomes TEXT NOT NULL, tests_total INTEGER NOT NULL, passed INTEGER NOT NULL,
-        text_state TEXT NOT NULL,
+        attempts INTEGER NOT NULL, outcomes TEXT NOT NULL, tests_total INTEGER NOT NULL,
+        passed INTEGER NOT NULL, suspicion TEXT NOT NULL, text_state TEXT NOT NULL,
         PRIMARY KEY (run_id, round, candidate_id)""",
     "scores": """candidate_id TEXT NOT NULL, task_id TEXT NOT NULL, value REAL NOT NULL,
         passed INTEGER NOT NULL, tests_passed INTEGER NOT NULL, tests_total INTEGER NOT NULL,
@@ -143,7 +143,7 @@ def check_to_row(check: CheckResult) -> dict[str, Any]:
 
 def row_to_check(row: dict[str, Any]) -> CheckResult:
     execution = _from_columns(ExecResult, row)
-    rest = {k: row[k] for k in ("outcomes", "tests_total", "passed")}
+    rest = {k: row[k] for k in ("outcomes", "tests_total", "passed", "suspicion")}
     rest["outcomes"] = json.loads(rest["outcomes"])
     rest["passed"] = bool(rest["passed"])
     return from_dict(CheckResult, {"execution": to_dict(execution), **rest})

@@ -7,7 +7,7 @@ import pytest
 import ray
 from ray.util.placement_group import placement_group
 
-from spade_ray.learner import Learner
+from spade_ray.learner import Learner, LearnerParams
 from spade_ray.learner.actor import LearnerGroup
 from tests.learner.conftest import FAST
 
@@ -24,15 +24,16 @@ def group(tiny_model):
     try:
         bundles = placement_group([{"CPU": 1}] * 2)
         ray.get(bundles.ready())
-        yield LearnerGroup.start(bundles, [0, 1], 1, 0, tiny_model, PER_RANK)
+        yield LearnerGroup.start(bundles, [0, 1], 1, 0, tiny_model,
+                                 LearnerParams(**PER_RANK))
     finally:
         ray.shutdown()
 
 
 def test_two_ranks_step_as_one_rank_with_the_same_global_batch(group, tiny_model, pairs):
-    single = Learner(tiny_model, **FAST)
+    single = Learner(tiny_model, LearnerParams(**FAST))
     for step in range(1, 4):
-        ours, theirs = group.update("dpo", pairs), single.dpo_update(pairs)
+        ours, theirs = group.update(pairs), single.dpo_update(pairs)
         assert ours["step"] == theirs["step"] == step and ours["items"] == theirs["items"] == 4
         for key in ("loss", "logratio_margin", "rewards_accuracy", "grad_norm"):
             assert ours[key] == pytest.approx(theirs[key], abs=1e-5), key
@@ -53,11 +54,11 @@ def test_a_two_rank_checkpoint_holds_every_rank_and_resumes_exactly(group, tiny_
     partitions = sorted(p.name for p in (directory / "deepspeed" / "engine").glob("*optim*"))
     assert len(partitions) == 2, partitions  # ZeRO-2: each rank's optimizer shard
     step = group.step()
-    after = group.update("dpo", pairs)
+    after = group.update(pairs)
     assert group.load_checkpoint(str(directory)) == step
-    again = group.update("dpo", pairs)
+    again = group.update(pairs)
     assert again["step"] == after["step"] == step + 1
     assert again["loss"] == pytest.approx(after["loss"], abs=1e-6)
     with pytest.raises(ValueError, match="written by 2 learner ranks, this learner has 1"):
-        Learner(tiny_model, **{**FAST, "deepspeed_config": CONFIG}
+        Learner(tiny_model, LearnerParams(**{**FAST, "deepspeed_config": CONFIG})
                 ).load_checkpoint(directory)
