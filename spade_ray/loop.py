@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from spade_ray import stages
 from spade_ray.config import CapsConfig, LoopConfig, ValidationConfig
@@ -43,25 +43,11 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     known = [*run.seeds, *state.archive]
     replay, cursor = stages.replay_tasks(known, state.replay_cursor,
                                          run.loop.replay_tasks_per_round)
-    _attempt(record, "solve", functools.partial(solve_execute_score, run, record, budget,
-                                                replay, generated=False))
-    chunks = Ahead(functools.partial(run.generation.generate, known=known, meter=budget.generator,
-                                     rng=random.Random(run.loop.seed * 1_000_003 + index),
-                                     executor=run.executor),
-                   _chunked(topic_schedule(list(run.loop.topics), run.loop.tasks_per_round, index),
-                            run.loop.chunk_size),
-                   keep_going=budget.wall_left, name=f"generator-round-{index}")
-    for topics, chunk in chunks:  # generated and validated on the producer thread
-        if isinstance(chunk, Exception):
-            record.generation_failed(topics, chunk)
-            if isinstance(chunk, stages.CapReached):
-                chunks.stop()
-            continue
-        record.generated(chunk)
-        if not _attempt(record, "solve", functools.partial(
-                solve_execute_score, run, record, budget, chunk.valid_tasks, generated=True)
-                ) or budget.exhausted(record):
-            chunks.stop()
+    solve_execute_score(run, record, budget, replay, generated=False)
+    solving = True  # until a cap is reached; a chunk already generated is still recorded
+    for chunk in generated_chunks(run, record, budget, known, keep_going=lambda: solving):
+        solving = solving and not budget.exhausted(record) and solve_execute_score(
+            run, record, budget, chunk.valid_tasks, generated=True)
     _attempt(record, "export", record.export_pairs)
     outcome, pass_at_1_served = learn_and_validate(run, record)
     next_state = RoundState(
@@ -74,19 +60,47 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     return metrics, next_state
 
 
+def generated_chunks(run: Run, record: RoundRecord, budget: Budget, known: list[Task],
+                     keep_going: Callable[[], bool]) -> Iterator[stages.GeneratedChunk]:
+    """The round's topics, a chunk at a time, generated and validated by execution one chunk
+    ahead on a producer thread (until `keep_going()` turns False or the wall cap is reached);
+    each chunk recorded as it arrives."""
+    generate = functools.partial(
+        run.generation.generate, known=known, meter=budget.generator, executor=run.executor,
+        rng=random.Random(run.loop.seed * 1_000_003 + record.index))
+    topics = topic_schedule(list(run.loop.topics), run.loop.tasks_per_round, record.index)
+    ahead = Ahead(generate, [topics[i:i + run.loop.chunk_size]
+                             for i in range(0, len(topics), run.loop.chunk_size)],
+                  keep_going=lambda: keep_going() and budget.wall_left(),
+                  name=f"generator-round-{record.index}")
+    entries = iter(ahead)
+    try:
+        for chunk_topics, chunk in entries:
+            if isinstance(chunk, Exception):
+                record.generation_failed(chunk_topics, chunk)
+                if isinstance(chunk, stages.CapReached):
+                    ahead.stop()
+                continue
+            record.generated(chunk)
+            yield chunk
+    finally:
+        entries.close()  # stops and joins the producer if the round ends on an error
+
+
 def solve_execute_score(run: Run, record: RoundRecord, budget: Budget, tasks: Sequence[Task],
-                        generated: bool) -> None:
+                        generated: bool) -> bool:
     """Solve `tasks` (K candidates each), execute the candidates, score them, record it all;
-    `generated`: the tasks are this round's new ones."""
-    if not tasks:
-        return
-    solutions = run.solving.solve(tasks, record.index, budget.solver)
-    started = time.monotonic()
-    checks = stages.execute(run.executor, solutions, run.limits)
-    scored = stages.score(solutions, checks, run.loop.pair_margin,
-                          with_groups=run.algorithm is TrainAlgorithm.GRPO)
-    record.timed("execute", time.monotonic() - started)
-    record.solved(solutions, checks, scored, generated)
+    `generated`: the tasks are this round's new ones. False when a cap stopped it."""
+    def step() -> None:
+        solutions = run.solving.solve(tasks, record.index, budget.solver)
+        started = time.monotonic()
+        checks = stages.execute(run.executor, solutions, run.limits)
+        scored = stages.score(solutions, checks, run.loop.pair_margin,
+                              with_groups=run.algorithm is TrainAlgorithm.GRPO)
+        record.timed("execute", time.monotonic() - started)
+        record.solved(solutions, checks, scored, generated)
+
+    return not tasks or _attempt(record, "solve", step)
 
 
 def learn_and_validate(run: Run, record: RoundRecord
@@ -183,10 +197,6 @@ class Budget:
 
 def pass_at_1(validation: ValidationResult | None) -> float | None:
     return None if validation is None else validation.pass_at_k[1]
-
-
-def _chunked(items: list[str], size: int) -> list[list[str]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 def _attempt(record: RoundRecord, stage: str, call: Callable[[], object]) -> bool:
