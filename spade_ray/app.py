@@ -2,7 +2,7 @@
 
 Part of the wiring layer: validates the composed config once, builds the components from flat
 typed values (the Ray cluster and its engines, the executor, the trace store, the metrics sink,
-the learner) and hands them to loop.run(). The run directory is fixed by the run name
+the learner) and hands them to loop.run_rounds(). The run directory is fixed by the run name
 (hydra.run.dir), so re-running the same command resumes the same run.
 """
 
@@ -97,7 +97,7 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                 validation_problems=problems, seeds=seeds,
                 trainer=start_trainer(cluster, model, learner, params, problems, run_dir)
                 if params else None)
-            metrics = loop.run(the_run)
+            metrics = loop.run_rounds(the_run)
     finally:
         sink.close()
         store.close()

@@ -1,4 +1,4 @@
-"""The self-play loop: `run()` resumes after the last completed round; `run_round()` is one round.
+"""The self-play loop: `run_rounds()` resumes after the last completed round; `run_round()` is one.
 
     for each round:
         tasks = generate(generator, previous tasks); keep the ones that execute as specified
@@ -122,18 +122,18 @@ def learn_and_validate(run: Run, record: RoundRecord
     return outcome, run.trainer.served_pass_at_1
 
 
-def run(run_: Run) -> list[RoundMetrics]:
-    """Run the remaining rounds of the run; returns every round's metrics (resumed ones too)."""
-    start, state = run_.recorder.resume(run_.loop.rounds)
+def run_rounds(run: Run) -> list[RoundMetrics]:
+    """The remaining rounds of the run; every round's metrics (resumed ones too)."""
+    start, state = run.recorder.resume(run.loop.rounds)
     if state is None:  # a new run: the gate's first baseline is the base weights' pass@1
-        state = RoundState(served_pass_at_1=pass_at_1(run_.validate())
-                           if run_.trainer is not None else None)
-    if run_.trainer is not None:
-        run_.trainer.resume(state)
-    for index in range(start, run_.loop.rounds):
-        metrics, state = run_round(run_, index, state)
-        run_.recorder.complete(metrics, state)
-    return run_.recorder.all_metrics()
+        state = RoundState(served_pass_at_1=pass_at_1(run.validate())
+                           if run.trainer is not None else None)
+    if run.trainer is not None:
+        run.trainer.resume(state)
+    for index in range(start, run.loop.rounds):
+        metrics, state = run_round(run, index, state)
+        run.recorder.complete(metrics, state)
+    return run.recorder.all_metrics()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,7 +39,7 @@ from spade_ray.tasks.format import TaskFormatError, parse_task
 from spade_ray.tasks.prompting import generator_prompt, solver_prompt
 from spade_ray.tasks.templates import PromptTemplate
 from spade_ray.tasks.validate import Verdict, validate_tasks
-from spade_ray.tracking.schema import GeneratorInput
+from spade_ray.tracking import GeneratorInput
 
 
 class CapReached(RuntimeError):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test is a whole `spade-ray run`: 20-45 s
+
 SPADE_RAY = str(Path(sys.executable).parent / "spade-ray")
 
 

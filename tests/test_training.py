@@ -19,7 +19,7 @@ from spade_ray.records import (
 )
 from spade_ray.training import Gate, Trainer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # a cluster, engines and a learner actor: ~40 s for the module
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8)
 PROMPT = "def add(a, b):"

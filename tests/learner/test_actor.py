@@ -18,6 +18,7 @@ def actor(tiny_model):
         ray.shutdown()
 
 
+@pytest.mark.slow  # a Ray cluster and a learner actor: ~25 s
 def test_actor_updates_checkpoints_and_serves_merged_weights(actor, pairs, tmp_path):
     assert ray.get(actor.update.remote(pairs[:2])) is None  # below min_pairs_per_update
     stats = ray.get(actor.update.remote(pairs[2:]))

@@ -12,6 +12,7 @@ from spade_ray.learner.actor import LearnerGroup
 from tests.learner.conftest import FAST
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")
+pytestmark = pytest.mark.slow  # two DeepSpeed ranks on Ray: ~45 s for the module
 
 CONFIG = str(Path(__file__).resolve().parents[2] / "conf" / "deepspeed" / "zero2.json")
 # Per rank one micro-batch of 2 pairs: 2 ranks step on 4 pairs, as FAST's 2 x 2 on one rank.
