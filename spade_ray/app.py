@@ -34,7 +34,7 @@ from spade_ray.config import (
 from spade_ray.evaluation import humaneval
 from spade_ray.execution import Executor, Placement, Sandbox
 from spade_ray.recorder import Recorder
-from spade_ray.records import LearnerParams, Limits
+from spade_ray.records import LearnerParams, Limits, TaskFamily
 from spade_ray.rollout.models import resolve_model
 from spade_ray.tasks.seeds import load_seed_tasks
 from spade_ray.tasks.templates import load_prompts
@@ -92,7 +92,7 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                     loop_cfg.max_similarity, limits),
                 solving=stages.Solving(
                     cluster["solver"], templates["solver"], solver_sampling, loop_cfg.few_shot,
-                    tuple(t for t in seeds if t.family == "codegen")),
+                    tuple(t for t in seeds if t.family is TaskFamily.CODEGEN)),
                 executor=executor, limits=limits, loop=loop_cfg, validation=validation,
                 validation_problems=problems, seeds=seeds,
                 trainer=start_trainer(cluster, model, learner, params, problems, run_dir)

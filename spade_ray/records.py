@@ -40,6 +40,16 @@ class GateSignal(enum.StrEnum):
     HELDOUT_LOGP = "heldout_logp"
 
 
+class TaskFamily(enum.StrEnum):
+    CODEGEN = "codegen"  # write the function from its description
+    REPAIR = "repair"  # fix the buggy program the tests expose
+
+
+class TaskSource(enum.StrEnum):
+    GENERATED = "generated"  # written by the generator (archived tasks keep this source)
+    SEED = "seed"  # shipped with the project (tasks/seeds.py)
+
+
 class ExecStatus(str, enum.Enum):
     """How one execution ended. Exactly one applies; limits are checked before `error`."""
 
@@ -201,7 +211,7 @@ class Task:
     """An executable programming task: data plus code, validated by running it (tasks/)."""
 
     task_id: str  # content hash: the same task always gets the same id
-    family: str  # "codegen" | "repair"
+    family: TaskFamily
     topic: str
     description: str
     entry_point: str  # the function the tests call
@@ -210,7 +220,7 @@ class Task:
     reference: str  # a full reference solution (passes every test)
     buggy: str | None = None  # repair family: the program whose bug the tests expose
     limits: Limits = Limits()
-    source: str = "generated"  # "generated" | "seed" | "archive"
+    source: TaskSource = TaskSource.GENERATED
     generator_version: int = -1  # weights version of the generator; -1 for seed tasks
 
 
