@@ -52,12 +52,12 @@ def peak_rss_gb() -> float:
 
 def run_ours(model_path: str, pairs: list[dict], steps: int, checkpointing: bool) -> dict:
     from spade_ray.learner.learner import Learner
-    from spade_ray.records import PreferencePair
+    from spade_ray.records import LearnerParams, PreferencePair
 
-    learner = Learner(model_path, algorithm="dpo", lora_rank=LORA["r"],
-                      lora_alpha=LORA["lora_alpha"], lr=LR, beta=BETA, bf16=True,
-                      min_pairs_per_update=len(pairs), micro_batch_size=len(pairs),
-                      grad_accum=1, max_length=4096, activation_checkpointing=checkpointing)
+    learner = Learner(model_path, LearnerParams(
+        algorithm="dpo", lora_rank=LORA["r"], lora_alpha=LORA["lora_alpha"], lr=LR, beta=BETA,
+        bf16=True, min_pairs_per_update=len(pairs), micro_batch_size=len(pairs), grad_accum=1,
+        max_length=4096, activation_checkpointing=checkpointing))
     items = [PreferencePair(f"t{i}", p["prompt"], p["chosen"], p["rejected"], "c", "r",
                             1.0, 0.0, 0, 0) for i, p in enumerate(pairs)]
     loaded_gb = peak_rss_gb()

@@ -1,13 +1,14 @@
-"""The `spade-ray run` Hydra app and `spade-ray eval`: config in, a running Context out.
+"""The `spade-ray run` Hydra app and `spade-ray eval`: config in, a running loop.Run out.
 
 Part of the wiring layer: validates the composed config once, builds the components from flat
-typed values (the Ray cluster and its engines, the sandbox, the trace store, the metrics sink)
-and hands them to loop.run(). The run directory is fixed by the run name (hydra.run.dir), so
-re-running the same command resumes the same run.
+typed values (the Ray cluster and its engines, the executor, the trace store, the metrics sink,
+the learner) and hands them to loop.run_rounds(). The run directory is fixed by the run name
+(hydra.run.dir), so re-running the same command resumes the same run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -17,11 +18,13 @@ import ray
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from spade_ray import loop, stages, training
+from spade_ray import loop, stages
 from spade_ray.cluster import Cluster, RoleSpec
 from spade_ray.config import (
+    LearnerConfig,
+    ModelConfig,
+    SandboxConfig,
     role_sampling,
-    role_specs,
     sandbox_limits,
     validate_learner,
     validate_loop,
@@ -29,13 +32,15 @@ from spade_ray.config import (
     validate_validation,
 )
 from spade_ray.evaluation import humaneval
-from spade_ray.execution import Sandbox
-from spade_ray.records import Limits
+from spade_ray.execution import Executor, Placement, Sandbox
+from spade_ray.recorder import Recorder
+from spade_ray.records import LearnerParams, Limits, TaskFamily
 from spade_ray.rollout.models import resolve_model
 from spade_ray.tasks.seeds import load_seed_tasks
 from spade_ray.tasks.templates import load_prompts
 from spade_ray.tracking.metrics import MetricsSink, summary_table
 from spade_ray.tracking.trace import TraceStore
+from spade_ray.training import Gate, Trainer
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -46,11 +51,12 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> None:
+    # Every group is validated before anything is placed: a bad value fails in seconds.
     model = validate_model(cfg.model)
     loop_cfg = validate_loop(cfg.loop)
     validation = validate_validation(cfg.validation)
     sandbox_cfg, limits = sandbox_limits(cfg.sandbox)
-    learner = validate_learner(cfg.learner)
+    learner, params = validate_learner(cfg.learner)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = str(cfg.run_name)
     datasets.disable_progress_bars()  # one line per round on the console, no bars in between
@@ -63,34 +69,35 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
     sink = MetricsSink(run_dir, run_id, OmegaConf.to_container(cfg, resolve=True),
                        wandb_mode=cfg.wandb.mode, wandb_project=cfg.wandb.project)
     print(f"run {run_id}: {run_dir} ({loop_cfg.rounds} rounds, model {model.roles['solver'].model}"
-          f" on {model.roles['solver'].backend}, sandbox {sandbox_cfg.backend})", flush=True)
+          f" on {model.roles['solver'].backend}, sandbox {sandbox_cfg.backend} on the "
+          f"{sandbox_cfg.placement})", flush=True)
     try:
-        trains = learner.name != "none"
         with Cluster(role_specs(model), model.colocate, model.placement_strategy,
-                     learner_cpus=learner.cpus if trains else 0.0,
-                     learner_gpus=learner.gpus if trains else 0,
+                     learner_cpus=learner.cpus if params else 0.0,
+                     learner_gpus=learner.gpus if params else 0,
                      learner_ranks=learner.ranks) as cluster, \
-                Sandbox(sandbox_cfg.backend, limits, sandbox_cfg.workers) as sandbox:
-            ctx = stages.Context(
-                run_id=run_id, run_dir=run_dir, generator=cluster["generator"],
-                solver=cluster["solver"], sandbox=sandbox, store=store, metrics=sink,
-                templates=load_prompts(model.prompts),
-                generator_sampling=role_sampling(model.roles["generator"]),
-                solver_sampling=role_sampling(model.roles["solver"]),
-                token_caps={"generator": loop_cfg.caps.tokens_generator,
-                            "solver": loop_cfg.caps.tokens_solver},
-                loop=loop_cfg, validation=validation, limits=limits,
-                seeds=load_seed_tasks(limits),
-                validation_problems=humaneval.load_problems(validation.problems or None,
-                                                            seed=loop_cfg.seed)
-                if validation.problems else [])
-            if trains:
-                group = cluster.start_learner(resolve_model(model.roles["solver"].model),
-                                              training.learner_kwargs(learner))
-                heldout = [(p.prompt, p.canonical_solution) for p in ctx.validation_problems]
-                ctx.trainer = training.Trainer.start(learner, group, cluster.engines, run_dir,
-                                                     heldout)
-            metrics = loop.run(ctx)
+                open_executor(sandbox_cfg, limits) as executor:
+            seeds = tuple(load_seed_tasks(limits))
+            templates = load_prompts(model.prompts)
+            problems = tuple(humaneval.load_problems(validation.problems or None,
+                                                     seed=loop_cfg.seed)
+                             if validation.problems else [])
+            solver_sampling = dataclasses.replace(role_sampling(model.roles["solver"]),
+                                                  n=loop_cfg.candidates)
+            the_run = loop.Run(
+                recorder=Recorder(run_id, run_dir, store, sink),
+                generation=stages.Generation(
+                    cluster["generator"], templates["generator"],
+                    role_sampling(model.roles["generator"]), loop_cfg.few_shot,
+                    loop_cfg.max_similarity, limits),
+                solving=stages.Solving(
+                    cluster["solver"], templates["solver"], solver_sampling, loop_cfg.few_shot,
+                    tuple(t for t in seeds if t.family is TaskFamily.CODEGEN)),
+                executor=executor, limits=limits, loop=loop_cfg, validation=validation,
+                validation_problems=problems, seeds=seeds,
+                trainer=start_trainer(cluster, model, learner, params, problems, run_dir)
+                if params else None)
+            metrics = loop.run_rounds(the_run)
     finally:
         sink.close()
         store.close()
@@ -98,11 +105,38 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
     print(f"run directory: {run_dir} (trace.sqlite, pairs/, metrics.jsonl, plots/, wandb/)")
 
 
+def role_specs(model: ModelConfig) -> list[RoleSpec]:
+    return [RoleSpec(role=name, backend=r.backend, model=r.model, engines=r.engines,
+                     gpus_per_engine=r.gpus_per_engine, cpus_per_engine=r.cpus_per_engine,
+                     backend_kwargs=tuple(sorted(r.backend_kwargs.items())))
+            for name, r in model.roles.items()]
+
+
+def open_executor(sandbox: SandboxConfig, limits: Limits) -> Executor:
+    """The sandbox the run executes in: the driver's own workers, or the Ray actor pool."""
+    if sandbox.placement is Placement.DRIVER:
+        return Sandbox(sandbox.backend, limits, sandbox.workers)
+    from spade_ray.execution.pool import SandboxPool
+
+    return SandboxPool(sandbox.backend, limits, num_actors=sandbox.workers,
+                       cpus_per_actor=sandbox.cpus_per_worker)
+
+
+def start_trainer(cluster: Cluster, model: ModelConfig, learner: LearnerConfig,
+                  params: LearnerParams, problems: tuple[humaneval.HumanEvalProblem, ...],
+                  run_dir: Path) -> Trainer:
+    """The learner's ranks on their bundles, wrapped for gating; the log-prob gate's held-out
+    texts are the validation problems' reference solutions."""
+    group = cluster.start_learner(resolve_model(model.roles["solver"].model), params)
+    return Trainer.start(params.algorithm, Gate(learner.gate_tolerance,
+                                                learner.gate_logp_tolerance),
+                         group, cluster.engines, run_dir,
+                         [(p.prompt, p.canonical_solution) for p in problems])
+
+
 def evaluate_model(model: str, problems: int, samples: int, max_tokens: int
                    ) -> humaneval.ValidationResult:
     """`spade-ray eval`: HumanEval through the sandbox, with the hf backend on this machine."""
-    import dataclasses
-
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
     spec = RoleSpec("solver", "hf", model, cpus_per_engine=float(os.cpu_count() or 1))

@@ -25,10 +25,11 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from spade_ray.config import STRATEGIES
 from spade_ray.learner.actor import LearnerGroup
+from spade_ray.records import LearnerParams
 from spade_ray.rollout.actor import ModelActor, RoleEngines
 
-STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 PLACEMENT_TIMEOUT_S = 120.0
 
 
@@ -140,7 +141,7 @@ class Cluster:
         # Surface a model that cannot load now, with its own error, not at the first request.
         ray.get([a.weights_version.remote() for e in self.engines for a in e.actors])
 
-    def start_learner(self, model_path: str, learner_kwargs: dict[str, Any]) -> LearnerGroup:
+    def start_learner(self, model_path: str, params: LearnerParams) -> LearnerGroup:
         """The learner's ranks on their own bundles (the Cluster was built with learner_cpus)."""
         if self._learner_bundles is None:
             raise RuntimeError("this Cluster reserved no learner bundle: pass learner_cpus > 0")
@@ -148,7 +149,7 @@ class Cluster:
             raise RuntimeError("the learner is already started")
         indices, cpus, gpus = self._learner_bundles
         self.learner = LearnerGroup.start(self.placement_group, indices, cpus, gpus, model_path,
-                                          learner_kwargs)
+                                          params)
         return self.learner
 
     @property

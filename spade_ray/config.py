@@ -1,7 +1,9 @@
 """Structured config: the schema of each conf/ group, validated once and turned into records.
 
-Components never see the config object: `role_specs()` and `role_sampling()` turn the `model`
-group into the flat typed arguments that cluster.py and the rollout take (DESIGN.md, style 3).
+Components never see the config object: `role_sampling()`, `sandbox_limits()` and
+`validate_learner()` turn the groups into the flat typed values the stages take (DESIGN.md,
+style 3); app.py turns the `model` group into cluster.py's RoleSpecs. Reading the schema loads
+neither Ray nor torch.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from spade_ray.cluster import STRATEGIES, RoleSpec
-from spade_ray.records import Limits, SamplingParams
-from spade_ray.rollout.actor import BACKENDS
+from spade_ray.execution.executor import Placement
+from spade_ray.records import LearnerParams, Limits, SamplingParams, TrainAlgorithm
+from spade_ray.rollout.backend import BACKENDS
 
 ROLES = ("generator", "solver")
-LEARNERS = ("none", "dpo", "grpo")
+NO_LEARNER = "none"  # collect-only rounds
+LEARNERS = (NO_LEARNER, *TrainAlgorithm)
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")  # Ray placement strategies
 
 
 @dataclasses.dataclass
@@ -38,7 +42,6 @@ class RoleConfig:
     cpus_per_engine: float = 1.0
     backend_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
-    token_cap: int | None = None
 
 
 @dataclasses.dataclass
@@ -51,6 +54,8 @@ class ModelConfig:
 
 @dataclasses.dataclass
 class CapsConfig:
+    """Per-round caps (None: uncapped): reaching one stops new work; what is in flight ends."""
+
     tokens_generator: int | None = None
     tokens_solver: int | None = None
     sandbox_cpu_s: float | None = None
@@ -84,13 +89,15 @@ class ValidationConfig:
 @dataclasses.dataclass
 class SandboxConfig:
     backend: str = "local"
-    workers: int | None = None
+    placement: str = Placement.POOL  # execution.Placement (OmegaConf matches enums by name)
+    workers: int | None = None  # driver: worker processes; pool: actors (None: one per CPU)
+    cpus_per_worker: float = 1.0  # pool: each actor's CPUs (a fraction shares a core)
     limits: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class LearnerConfig:
-    name: str = "none"  # none | dpo | grpo
+    name: str = NO_LEARNER  # none | dpo | grpo
     cpus: float = 1.0  # per rank
     gpus: int = 0  # per rank
     ranks: int = 1  # data-parallel DeepSpeed ranks, one actor and bundle each
@@ -99,25 +106,36 @@ class LearnerConfig:
     # drop in the mean token log-prob of held-out reference solutions (nats) that rejects an
     # update; None: that gate signal is off
     gate_logp_tolerance: float | None = None
-    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)  # records.LearnerParams
 
 
-def validate_learner(cfg: DictConfig | dict) -> LearnerConfig:
+def validate_learner(cfg: DictConfig | dict) -> tuple[LearnerConfig, LearnerParams | None]:
+    """The learner group and its typed training parameters (None for learner=none): a wrong
+    key or value fails here, before anything is placed."""
     merged = OmegaConf.merge(OmegaConf.structured(LearnerConfig), cfg)
     learner: LearnerConfig = OmegaConf.to_object(merged)
     if learner.name not in LEARNERS:
         raise ValueError(f"learner={learner.name!r}: use one of {LEARNERS}")
-    if learner.min_pairs_per_update < 1 or learner.gate_tolerance < 0:
-        raise ValueError("learner.min_pairs_per_update must be >= 1 and gate_tolerance >= 0")
+    if learner.gate_tolerance < 0:
+        raise ValueError(f"learner.gate_tolerance must be >= 0, got {learner.gate_tolerance}")
     if learner.ranks < 1:
         raise ValueError(f"learner.ranks must be >= 1, got {learner.ranks}")
-    if learner.ranks > 1 and not learner.kwargs.get("deepspeed_config"):
-        raise ValueError(f"learner.ranks={learner.ranks} needs learner.kwargs.deepspeed_config "
-                         "(e.g. conf/deepspeed/zero2.json): the plain torch engine trains one rank")
     if learner.gate_logp_tolerance is not None and learner.gate_logp_tolerance < 0:
         raise ValueError(f"learner.gate_logp_tolerance must be >= 0 or null (off), got "
                          f"{learner.gate_logp_tolerance}")
-    return learner
+    if learner.name == NO_LEARNER:
+        return learner, None
+    known = {f.name for f in dataclasses.fields(LearnerParams)} - {"algorithm",
+                                                                   "min_pairs_per_update"}
+    unknown = set(learner.params) - known
+    if unknown:
+        raise ValueError(f"learner.params: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    params = LearnerParams(algorithm=TrainAlgorithm(learner.name),
+                           min_pairs_per_update=learner.min_pairs_per_update, **learner.params)
+    if learner.ranks > 1 and not params.deepspeed_config:
+        raise ValueError(f"learner.ranks={learner.ranks} needs learner.params.deepspeed_config "
+                         "(e.g. conf/deepspeed/zero2.json): the plain torch engine trains one rank")
+    return learner, params
 
 
 def validate_loop(cfg: DictConfig | dict) -> LoopConfig:
@@ -141,6 +159,12 @@ def validate_validation(cfg: DictConfig | dict) -> ValidationConfig:
 def sandbox_limits(cfg: DictConfig | dict) -> tuple[SandboxConfig, Limits]:
     merged = OmegaConf.merge(OmegaConf.structured(SandboxConfig), cfg)
     sandbox: SandboxConfig = OmegaConf.to_object(merged)
+    if sandbox.placement not in tuple(Placement):
+        raise ValueError(f"sandbox.placement={sandbox.placement!r}: use one of "
+                         f"{[str(p) for p in Placement]}")
+    sandbox.placement = Placement(sandbox.placement)
+    if sandbox.cpus_per_worker <= 0:
+        raise ValueError(f"sandbox.cpus_per_worker must be > 0, got {sandbox.cpus_per_worker}")
     defaults = Limits()
     unknown = set(sandbox.limits) - {f.name for f in dataclasses.fields(Limits)}
     if unknown:
@@ -165,13 +189,6 @@ def validate_model(cfg: DictConfig | dict) -> ModelConfig:
                              f"{BACKENDS}")
         role_sampling(role)  # SamplingParams checks the values
     return model
-
-
-def role_specs(model: ModelConfig) -> list[RoleSpec]:
-    return [RoleSpec(role=name, backend=r.backend, model=r.model, engines=r.engines,
-                     gpus_per_engine=r.gpus_per_engine, cpus_per_engine=r.cpus_per_engine,
-                     backend_kwargs=tuple(sorted(r.backend_kwargs.items())))
-            for name, r in model.roles.items()]
 
 
 def role_sampling(role: RoleConfig) -> SamplingParams:

@@ -1,155 +1,212 @@
-"""The self-play loop: `run()` resumes after the last completed round; `run_round()` is the stages.
+"""The self-play loop: `run_rounds()` resumes after the last completed round; `run_round()` is one.
 
-A round streams: a producer thread generates and validates tasks a chunk at a time while the
-main thread solves, executes and scores the chunk before it (a bounded queue is the
-backpressure), so a task's candidates run while later tasks are still being written. All
-recording happens on the main thread (one SQLite connection). Caps on tokens, sandbox CPU,
-wall time and tasks stop the producer; what is in flight still finishes and is recorded.
-A failing chunk is recorded as such and the round goes on.
+    for each round:
+        tasks = generate(generator, previous tasks); keep the ones that execute as specified
+        solutions = solve(solver, tasks, K); results = execute(sandbox, solutions)
+        scores, pairs = score(solutions, results)
+        if the learner holds enough pairs: update the policy and publish it to the engines
+        validate once on the fixed set; the gate keeps or rolls back the update; record
 
-Resume: a round's rows count only once the round is completed (TraceStore.complete_round holds
-the loop state); rows of a round that was killed are discarded and the round runs again.
+Generation streams: a producer thread (streaming.Ahead) writes and validates the next chunk of
+tasks while this thread solves, executes and scores the current one, and the solver also
+replays seed and archived tasks. Caps on tokens, sandbox CPU, wall time and tasks stop new work;
+what is in flight still finishes and is recorded. A failing stage call is recorded as such and
+the round goes on; a failing update is not caught: it stops the run before the round is marked
+complete with weights nobody checked.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import queue
+import functools
 import random
-import threading
 import time
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
-from spade_ray import stages, training
-from spade_ray.records import RoundMetrics, Task, from_dict, to_dict
-
-
-@dataclasses.dataclass
-class RoundTally:
-    """What the stages of one round report, summed into its RoundMetrics."""
-
-    generator_version: int = 0  # the weights that served the round (an update comes after)
-    solver_version: int = 0
-    proposed: int = 0
-    valid: int = 0
-    rejections: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    new_task_candidates: int = 0
-    new_task_passed: int = 0
-    task_pass_rates: list[float] = dataclasses.field(default_factory=list)
-    pairs: int = 0
-    sampled: int = 0
-    distinct: int = 0
-    sandbox_cpu_s: float = 0.0
-    stage_s: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    new_tasks: list[Task] = dataclasses.field(default_factory=list)
-    round_pairs: list = dataclasses.field(default_factory=list)  # for the learner (DPO)
-    groups: list = dataclasses.field(default_factory=list)  # for the learner (GRPO)
+from spade_ray import stages
+from spade_ray.config import CapsConfig, LoopConfig, ValidationConfig
+from spade_ray.evaluation.humaneval import HumanEvalProblem, ValidationResult
+from spade_ray.execution import Executor
+from spade_ray.recorder import Recorder, RoundRecord
+from spade_ray.records import LearnOutcome, Limits, RoundMetrics, RoundState, Task, TrainAlgorithm
+from spade_ray.rollout.sampling import TokenMeter
+from spade_ray.streaming import Ahead
+from spade_ray.tasks.prompting import topic_schedule
+from spade_ray.tracking import Versions
+from spade_ray.training import Trainer
 
 
-def run(ctx: stages.Context) -> list[RoundMetrics]:
-    """Run the remaining rounds of ctx's run; returns every round's metrics (resumed ones too)."""
-    last = ctx.store.last_completed_round()
-    start = 0 if last is None else last + 1
-    if start < ctx.loop.rounds:
-        dropped = ctx.store.discard_incomplete(start)
-        if dropped:
-            print(f"resume: discarded {dropped} rows of unfinished round {start}", flush=True)
-    state = ctx.store.round_state(last) if last is not None else initial_state(ctx)
-    if ctx.trainer is not None:
-        ctx.trainer.resume(state)
-    if last is not None:
-        print(f"resume: rounds 0..{last} already completed in {ctx.run_dir}", flush=True)
-        for metrics in ctx.store.round_metrics():  # a kill between the trace and the metrics
-            ctx.metrics.log(metrics)  # file loses nothing; logging the same round is a no-op
-    for index in range(start, ctx.loop.rounds):
-        metrics, state = run_round(ctx, index, state)
-        ctx.store.complete_round(index, metrics, state)
-        ctx.metrics.log(metrics)
-        print(stages.round_line(metrics), flush=True)
-    return ctx.store.round_metrics()
+def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, RoundState]:
+    """One round, in the order of the algorithm; its metrics and the next round's state."""
+    record = run.recorder.start_round(index, run.served_versions())
+    budget = Budget(run.loop.caps)
+    known = [*run.seeds, *state.archive]
+    replay, cursor = stages.replay_tasks(known, state.replay_cursor,
+                                         run.loop.replay_tasks_per_round)
+    solve_execute_score(run, record, budget, replay, generated=False)
+    solving = True  # until a cap is reached; a chunk already generated is still recorded
+    for chunk in generated_chunks(run, record, budget, known, keep_going=lambda: solving):
+        solving = solving and not budget.exhausted(record) and solve_execute_score(
+            run, record, budget, chunk.valid_tasks, generated=True)
+    _attempt(record, "export", record.export_pairs)
+    outcome, pass_at_1_served = learn_and_validate(run, record)
+    next_state = RoundState(
+        archive=stages.update_archive(state.archive, record.new_tasks, run.loop.archive_size),
+        replay_cursor=cursor)
+    if run.trainer is not None:
+        next_state = run.trainer.carry(next_state)
+    metrics = record.metrics(pass_at_1_served, len(run.validation_problems), outcome,
+                             budget.meters, budget.elapsed_s())
+    return metrics, next_state
 
 
-def initial_state(ctx: stages.Context) -> dict[str, Any]:
-    return {"archive": [], "replay_cursor": 0, "learner_checkpoint": None, "weights_version": 0}
-
-
-def run_round(ctx: stages.Context, index: int, state: dict[str, Any]
-              ) -> tuple[RoundMetrics, dict[str, Any]]:
-    started = time.monotonic()
-    tally = RoundTally(generator_version=ctx.generator.weights_version,
-                       solver_version=ctx.solver.weights_version)
-    meters = stages.meters(ctx)
-    archive = [from_dict(Task, t) for t in state["archive"]]
-    rng = random.Random(ctx.loop.seed * 1_000_003 + index)
-    validation = stages.validate_solver(ctx, tally)
-    replay, cursor = stages.replay_tasks(ctx, archive, state["replay_cursor"])
-    _guarded(index, tally, stages.solve_and_score, ctx, index, replay, tally, meters, False)
-    chunks: queue.Queue = queue.Queue(maxsize=1)  # backpressure: one chunk ahead at most
-    stop = threading.Event()
-    producer = threading.Thread(target=_produce, daemon=True, name=f"generator-round-{index}",
-                                args=(ctx, index, archive, rng, meters, chunks, stop, started))
-    producer.start()
-    while (item := chunks.get()) is not None:
-        _guarded(index, tally, stages.record_generated, ctx, index, item, tally)
-        valid = [v.task for v in item.verdicts if v.valid]
-        if stages.over_caps(ctx, tally, meters, started) or not _guarded(
-                index, tally, stages.solve_and_score, ctx, index, valid, tally, meters, True):
-            stop.set()
-    producer.join()
-    _guarded(index, tally, stages.export_round, ctx, index)
-    outcome = _learn(ctx, tally, validation)
-    new_archive = stages.update_archive(archive, tally.new_tasks, ctx.loop.archive_size)
-    metrics = stages.round_metrics(ctx, index, tally, meters, validation,
-                                   time.monotonic() - started, outcome)
-    new_state = {"archive": [to_dict(t) for t in new_archive], "replay_cursor": cursor}
-    if ctx.trainer is not None:
-        new_state.update(ctx.trainer.state())
-    return metrics, new_state
-
-
-def _learn(ctx: stages.Context, tally: RoundTally, validation) -> training.LearnOutcome | None:
-    """The learn stage (skipped for collect-only rounds). Not guarded: a failing update must
-    stop the run before a round is marked complete with weights nobody checked."""
-    if ctx.trainer is None:
-        return None
-    started = time.monotonic()
-    items = tally.round_pairs if ctx.trainer.config.name == "dpo" else tally.groups
-    before = validation.pass_at_k[1] if validation is not None else None
-    outcome = training.learn(ctx.trainer, items, before,
-                             lambda: stages.validate_solver(ctx, tally))
-    tally.stage_s["learn"] += time.monotonic() - started
-    return outcome
-
-
-def _guarded(index: int, tally: RoundTally, stage, *args) -> bool:
-    """Run a stage; a failure is counted and reported, never the end of the round. Returns
-    False when a cap was reached (no more work this round)."""
+def generated_chunks(run: Run, record: RoundRecord, budget: Budget, known: list[Task],
+                     keep_going: Callable[[], bool]) -> Iterator[stages.GeneratedChunk]:
+    """The round's topics, a chunk at a time, generated and validated by execution one chunk
+    ahead on a producer thread (until `keep_going()` turns False or the wall cap is reached);
+    each chunk recorded as it arrives."""
+    generate = functools.partial(
+        run.generation.generate, known=known, meter=budget.generator, executor=run.executor,
+        rng=random.Random(run.loop.seed * 1_000_003 + record.index))
+    topics = topic_schedule(list(run.loop.topics), run.loop.tasks_per_round, record.index)
+    ahead = Ahead(generate, [topics[i:i + run.loop.chunk_size]
+                             for i in range(0, len(topics), run.loop.chunk_size)],
+                  keep_going=lambda: keep_going() and budget.wall_left(),
+                  name=f"generator-round-{record.index}")
+    entries = iter(ahead)
     try:
-        stage(*args)
+        for chunk_topics, chunk in entries:
+            if isinstance(chunk, Exception):
+                record.generation_failed(chunk_topics, chunk)
+                if isinstance(chunk, stages.CapReached):
+                    ahead.stop()
+                continue
+            record.generated(chunk)
+            yield chunk
+    finally:
+        entries.close()  # stops and joins the producer if the round ends on an error
+
+
+def solve_execute_score(run: Run, record: RoundRecord, budget: Budget, tasks: Sequence[Task],
+                        generated: bool) -> bool:
+    """Solve `tasks` (K candidates each), execute the candidates, score them, record it all;
+    `generated`: the tasks are this round's new ones. False when a cap stopped it."""
+    def step() -> None:
+        solutions = run.solving.solve(tasks, record.index, budget.solver)
+        started = time.monotonic()
+        checks = stages.execute(run.executor, solutions, run.limits)
+        scored = stages.score(solutions, checks, run.loop.pair_margin,
+                              with_groups=run.algorithm is TrainAlgorithm.GRPO)
+        record.timed("execute", time.monotonic() - started)
+        record.solved(solutions, checks, scored, generated)
+
+    return not tasks or _attempt(record, "solve", step)
+
+
+def learn_and_validate(run: Run, record: RoundRecord
+                       ) -> tuple[LearnOutcome | None, float | None]:
+    """The update (if any), the validation of what the engines then serve, the gate's verdict;
+    the outcome and the validation pass@1 of the weights served after it."""
+    published = None
+    if run.trainer is not None:
+        started = time.monotonic()
+        items = record.groups if run.algorithm is TrainAlgorithm.GRPO else record.pairs
+        published = run.trainer.update(items)
+        record.timed("learn", time.monotonic() - started)
+    started = time.monotonic()
+    validation = run.validate()
+    record.timed("validation", time.monotonic() - started)
+    if run.trainer is None:
+        return None, pass_at_1(validation)
+    outcome = run.trainer.gate(published, validation)
+    return outcome, run.trainer.served_pass_at_1
+
+
+def run_rounds(run: Run) -> list[RoundMetrics]:
+    """The remaining rounds of the run; every round's metrics (resumed ones too)."""
+    start, state = run.recorder.resume(run.loop.rounds)
+    if state is None:  # a new run: the gate's first baseline is the base weights' pass@1
+        state = RoundState(served_pass_at_1=pass_at_1(run.validate())
+                           if run.trainer is not None else None)
+    if run.trainer is not None:
+        run.trainer.resume(state)
+    for index in range(start, run.loop.rounds):
+        metrics, state = run_round(run, index, state)
+        run.recorder.complete(metrics, state)
+    return run.recorder.all_metrics()
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """The run's components, built once by app.py (the only place that knows the topology)."""
+
+    recorder: Recorder
+    generation: stages.Generation
+    solving: stages.Solving
+    executor: Executor
+    limits: Limits
+    loop: LoopConfig
+    validation: ValidationConfig
+    validation_problems: tuple[HumanEvalProblem, ...]
+    seeds: tuple[Task, ...]
+    trainer: Trainer | None = None  # None: collect-only rounds (learner=none)
+
+    @property
+    def algorithm(self) -> TrainAlgorithm | None:
+        return None if self.trainer is None else self.trainer.algorithm
+
+    def served_versions(self) -> Versions:
+        return Versions(generator=self.generation.engines.weights_version,
+                        solver=self.solving.engines.weights_version)
+
+    def validate(self) -> ValidationResult | None:
+        return stages.validate(self.solving.engines, self.executor, self.validation_problems,
+                               self.validation.samples_per_problem, self.validation.max_tokens)
+
+
+class Budget:
+    """A round's caps (config.CapsConfig) and what it has used of them."""
+
+    def __init__(self, caps: CapsConfig) -> None:
+        self.caps, self.started = caps, time.monotonic()
+        self.generator = TokenMeter("generator", caps.tokens_generator)
+        self.solver = TokenMeter("solver", caps.tokens_solver)
+        self.meters = {"generator": self.generator, "solver": self.solver}
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def wall_left(self) -> bool:
+        return self.caps.wall_s is None or self.elapsed_s() <= self.caps.wall_s
+
+    def exhausted(self, record: RoundRecord) -> bool:
+        """True (and recorded) once any cap is reached: no new work this round."""
+        caps, reasons = self.caps, []
+        if not self.wall_left():
+            reasons.append(f"wall {self.elapsed_s():.0f} s > {caps.wall_s} s")
+        if caps.sandbox_cpu_s is not None and record.sandbox_cpu_s >= caps.sandbox_cpu_s:
+            reasons.append(f"sandbox {record.sandbox_cpu_s:.0f} cpu-s")
+        if caps.tasks is not None and len(record.new_tasks) >= caps.tasks:
+            reasons.append(f"{len(record.new_tasks)} valid tasks")
+        reasons += [f"{m.role} tokens {m.total}" for m in self.meters.values()
+                    if m.cap is not None and m.total >= m.cap]
+        if reasons:
+            record.cap_reached(", ".join(reasons))
+        return bool(reasons)
+
+
+def pass_at_1(validation: ValidationResult | None) -> float | None:
+    return None if validation is None else validation.pass_at_k[1]
+
+
+def _attempt(record: RoundRecord, stage: str, call: Callable[[], object]) -> bool:
+    """One step of the round; a failure is recorded, never the end of the round. False when
+    the round must stop new work (a cap was reached)."""
+    try:
+        call()
     except stages.CapReached as e:
-        print(f"round {index}: cap reached: {e}", flush=True)
+        record.cap_reached(str(e))
         return False
     except Exception as e:  # noqa: BLE001 - one failing stage call never stops the round
-        tally.rejections[f"stage_failed:{stage.__name__}:{type(e).__name__}"] += 1
-        print(f"round {index}: {stage.__name__} failed: {e!r}", flush=True)
+        record.failed(stage, e)
     return True
-
-
-def _produce(ctx, index, archive, rng, meters, chunks, stop, started) -> None:
-    """Generator side of the pipeline: chunks of topics -> parsed, validated tasks."""
-    try:
-        topics = stages.topics_for_round(ctx, index)
-        size = ctx.loop.chunk_size
-        for start in range(0, len(topics), size):
-            if stop.is_set() or stages.wall_exceeded(ctx, started):
-                break
-            try:
-                chunks.put(stages.generate_tasks(ctx, topics[start:start + size], archive, rng,
-                                                 meters))
-            except stages.CapReached:
-                break
-            except Exception as e:  # noqa: BLE001 - recorded by the consumer as a failed chunk
-                chunks.put(stages.GeneratedChunk.failed(topics[start:start + size], e))
-    finally:
-        chunks.put(None)

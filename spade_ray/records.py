@@ -10,10 +10,44 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import typing
 from typing import Any, TypeVar
 
 R = TypeVar("R")
+
+
+class TrainAlgorithm(enum.StrEnum):
+    """What the learner optimises: preference pairs (DPO) or groups of rewarded samples (GRPO)."""
+
+    DPO = "dpo"
+    GRPO = "grpo"
+
+
+class UpdateStatus(enum.StrEnum):
+    """What the learn stage did in a round."""
+
+    NONE = "none"  # collect-only run (learner=none)
+    BUFFERING = "buffering"  # fewer items than an update needs: kept for the next round
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"  # the gate rolled the update back (RoundMetrics.rejected_by says why)
+
+
+class GateSignal(enum.StrEnum):
+    """A validation signal that can reject an update (training.py's gate)."""
+
+    PASS_AT_1 = "pass_at_1"
+    HELDOUT_LOGP = "heldout_logp"
+
+
+class TaskFamily(enum.StrEnum):
+    CODEGEN = "codegen"  # write the function from its description
+    REPAIR = "repair"  # fix the buggy program the tests expose
+
+
+class TaskSource(enum.StrEnum):
+    GENERATED = "generated"  # written by the generator (archived tasks keep this source)
+    SEED = "seed"  # shipped with the project (tasks/seeds.py)
 
 
 class ExecStatus(str, enum.Enum):
@@ -203,7 +237,7 @@ class Task:
     """An executable programming task: data plus code, validated by running it (tasks/)."""
 
     task_id: str  # content hash: the same task always gets the same id
-    family: str  # "codegen" | "repair"
+    family: TaskFamily
     topic: str
     description: str
     entry_point: str  # the function the tests call
@@ -212,7 +246,7 @@ class Task:
     reference: str  # a full reference solution (passes every test)
     buggy: str | None = None  # repair family: the program whose bug the tests expose
     limits: Limits = Limits()
-    source: str = "generated"  # "generated" | "seed" | "archive"
+    source: TaskSource = TaskSource.GENERATED
     generator_version: int = -1  # weights version of the generator; -1 for seed tasks
 
 
@@ -220,7 +254,7 @@ class Task:
 class Candidate:
     """One solver attempt at a task."""
 
-    candidate_id: str  # f"{task_id}/{index}"
+    candidate_id: str  # f"{task_id}/r{round}/{index}"
     task_id: str
     code: str  # the full program checked against the task's tests
     solver_version: int
@@ -260,6 +294,19 @@ class PreferencePair:
 
 
 @dataclasses.dataclass(frozen=True)
+class LearnOutcome:
+    """What the learn stage did in a round; its fields are RoundMetrics' learner fields."""
+
+    update: UpdateStatus
+    learner_step: int
+    learner_loss: float | None = None
+    gate_pass_at_1: float | None = None  # validation pass@1 with the update's weights
+    # the policy's mean token log-prob on held-out reference solutions after the update
+    gate_heldout_logp: float | None = None
+    rejected_by: tuple[GateSignal, ...] = ()  # the gate signals that rejected the update
+
+
+@dataclasses.dataclass(frozen=True)
 class RoundMetrics:
     """What one self-play round did, for the metrics file, W&B, plots and the summary table."""
 
@@ -267,7 +314,9 @@ class RoundMetrics:
     round: int
     generator_version: int  # the weights that served this round (its update comes after)
     solver_version: int
-    validation_pass_at_1: float | None  # HumanEval subset; None if not measured this round
+    # HumanEval subset pass@1 of the weights the engines serve after the round's update (a
+    # rejected update's own figure is gate_pass_at_1); None when not measured
+    validation_pass_at_1: float | None
     validation_problems: int
     tasks_proposed: int  # generator outputs, parsed or not
     tasks_valid: int
@@ -281,20 +330,98 @@ class RoundMetrics:
     sandbox_cpu_s: float
     stage_s: tuple[tuple[str, float], ...]  # (stage, seconds)
     wall_s: float
-    # "none" (learner=none), "buffering" (fewer pairs than an update needs), "accepted", or
-    # "rejected" (the gate rolled the update back: see rejected_by)
-    update: str = "none"
+    # the learner's fields: a LearnOutcome's (the defaults: a collect-only run)
+    update: UpdateStatus = UpdateStatus.NONE
     learner_step: int = 0
     learner_loss: float | None = None
-    gate_pass_at_1: float | None = None  # validation pass@1 with the update's weights
-    # the policy's mean token log-prob on held-out reference solutions after the update
+    gate_pass_at_1: float | None = None
     gate_heldout_logp: float | None = None
-    rejected_by: tuple[str, ...] = ()  # the gate signals that rejected the update
+    rejected_by: tuple[GateSignal, ...] = ()
     new_task_candidates: int = 0  # what new_task_pass_rate is a fraction of
+    sandbox_reruns: int = 0  # candidates whose execution was re-run after a sandbox_error
+    sandbox_errors: int = 0  # candidates still sandbox_error after the re-run (not in pairs)
+    hack_suspects: int = 0  # candidates whose check found evidence of probing the grader
 
     @property
     def valid_task_rate(self) -> float:
         return self.tasks_valid / self.tasks_proposed if self.tasks_proposed else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class CompletionGroup:
+    """GRPO's group: one prompt, K >= 2 sampled completions (the text after the prompt, as the
+    model wrote it) and their rewards. For candidate programs, `split_program` (tasks) gives the
+    split DPO uses."""
+
+    prompt: str
+    completions: tuple[str, ...]
+    rewards: tuple[float, ...]
+    task_id: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.completions) != len(self.rewards):
+            raise ValueError(f"group {self.task_id!r}: {len(self.completions)} completions but "
+                             f"{len(self.rewards)} rewards")
+        if len(self.completions) < 2:
+            raise ValueError(f"group {self.task_id!r} has {len(self.completions)} completion(s); "
+                             "group-relative advantages need K >= 2")
+        if not all(math.isfinite(r) for r in self.rewards):
+            raise ValueError(f"group {self.task_id!r} has a non-finite reward: {self.rewards}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerParams:
+    """How the learner trains (conf/learner/*.yaml `params`): checked when the config is read,
+    before any actor is placed. `lora_rank` 0 = full fine-tuning; `bf16` None = where the
+    hardware supports it; `deepspeed_config` None = the plain torch engine (a relative path is
+    resolved against the repository wherever the actor runs); GRPO counts
+    `min_pairs_per_update` and `micro_batch_size` in groups."""
+
+    algorithm: TrainAlgorithm = TrainAlgorithm.DPO
+    lora_rank: int = 16
+    lora_alpha: int | None = None
+    lr: float = 5e-5
+    beta: float = 0.1
+    label_smoothing: float = 0.0
+    dpo_loss_type: str = "sigmoid"  # or "ipo"
+    rpo_alpha: float = 0.0
+    clip_eps: float = 0.2
+    kl_coef: float = 0.04
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    deepspeed_config: str | None = None
+    bf16: bool | None = None
+    min_pairs_per_update: int = 8
+    micro_batch_size: int = 2
+    grad_accum: int = 1
+    max_length: int = 1024
+    activation_checkpointing: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "algorithm", TrainAlgorithm(self.algorithm))
+        if self.lr <= 0:
+            raise ValueError(f"learner lr must be > 0, got {self.lr}")
+        for name in ("min_pairs_per_update", "micro_batch_size", "grad_accum"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"learner {name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
+            raise ValueError(f"learner lora_rank must be an integer >= 0 (0: full fine-tuning), "
+                             f"got {self.lora_rank!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundState:
+    """What the next round (or a resumed run) carries over from a completed one."""
+
+    archive: tuple[Task, ...] = ()  # generated tasks the generator and solver see again
+    replay_cursor: int = 0  # where the next round's replayed tasks start in seeds + archive
+    learner_checkpoint: str | None = None  # the last accepted learner state
+    weights_version: int = 0  # the version the engines serve
+    # validation pass@1 of the served weights: what the next update's gate compares against
+    served_pass_at_1: float | None = None
 
 
 def to_dict(record: Any) -> dict[str, Any]:

@@ -1,8 +1,14 @@
-"""The stages of a self-play round, as loop.py calls them. Part of the wiring layer (with loop.py,
-cluster.py, cli.py and config.py): the only modules that combine the stage packages.
+"""The stages of a self-play round, as loop.py calls them: typed values in, typed values out.
 
-Each stage takes the run's `Context` (built once by cli.py) plus typed values, records what it
-did in the trace, and adds its figures to the round's tally.
+Part of the wiring layer (with loop.py, recorder.py, streaming.py, training.py, cluster.py,
+app.py, cli.py and config.py): the only modules that combine the stage packages. A stage
+records nothing and counts nothing; it returns a value that the loop hands to the Recorder.
+
+    Generation.generate  topics -> GeneratedChunk (tasks parsed and validated by execution)
+    Solving.solve        tasks  -> Solutions (K distinct candidate programs per task)
+    execute              Solutions -> checks, one CheckResult per candidate (any Executor)
+    score                Solutions + checks -> Scored (scores, preference pairs, GRPO groups)
+    validate             the solver's pass@1 on the fixed validation set
 """
 
 from __future__ import annotations
@@ -10,258 +16,197 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
-from spade_ray.config import LoopConfig, ValidationConfig
-from spade_ray.evaluation import humaneval
-from spade_ray.evaluation.scoring import needs_rerun, score_many
-from spade_ray.execution import Sandbox
-from spade_ray.preferences.export import append_jsonl, read_jsonl, save_dataset
-from spade_ray.preferences.pairs import build_pairs
-from spade_ray.records import Candidate, Completion, Limits, RoundMetrics, SamplingParams, Task
+from spade_ray.evaluation import humaneval, needs_rerun, score_many
+from spade_ray.execution import Executor
+from spade_ray.preferences import build_groups, build_pairs
+from spade_ray.records import (
+    Candidate,
+    CheckResult,
+    CompletionGroup,
+    Limits,
+    PreferencePair,
+    SamplingParams,
+    Score,
+    Task,
+)
 from spade_ray.rollout.actor import RoleEngines
 from spade_ray.rollout.sampling import TokenBudgetExceeded, TokenMeter, sample_distinct
+from spade_ray.tasks import candidate_program
 from spade_ray.tasks.diversity import most_similar
 from spade_ray.tasks.format import TaskFormatError, parse_task
-from spade_ray.tasks.prompting import (
-    candidate_program,
-    generator_prompt,
-    solver_prompt,
-    topic_schedule,
-)
+from spade_ray.tasks.prompting import generator_prompt, solver_prompt
 from spade_ray.tasks.templates import PromptTemplate
 from spade_ray.tasks.validate import Verdict, validate_tasks
-from spade_ray.tracking.metrics import MetricsSink
-from spade_ray.tracking.schema import GeneratorInput, Versions
-from spade_ray.tracking.trace import TraceStore
-from spade_ray.training import group_for
+from spade_ray.tracking import GeneratorInput
 
 
 class CapReached(RuntimeError):
     """A per-round cap (tokens, sandbox CPU, wall time, tasks) stops new work this round."""
 
 
-@dataclasses.dataclass
-class Context:
-    """Everything a round needs; built by cli.py, the only place that knows the topology."""
+@dataclasses.dataclass(frozen=True)
+class GeneratedChunk:
+    """One chunk of topics through the generator and task validation."""
 
-    run_id: str
-    run_dir: Path
-    generator: RoleEngines
-    solver: RoleEngines
-    sandbox: Sandbox
-    store: TraceStore
-    metrics: MetricsSink
-    templates: dict[str, PromptTemplate]
-    generator_sampling: SamplingParams
-    solver_sampling: SamplingParams
-    token_caps: dict[str, int | None]
-    loop: LoopConfig
-    validation: ValidationConfig
-    limits: Limits
-    seeds: list[Task]
-    validation_problems: list[humaneval.HumanEvalProblem]
-    trainer: Any = None  # training.Trainer, or None for collect-only rounds (learner=none)
+    topics: tuple[str, ...]
+    inputs: tuple[GeneratorInput, ...]  # every generator output, parsed or not (index unset)
+    verdicts: tuple[Verdict, ...]  # one per parsed task
+    unparsed: tuple[str, ...]  # the reasons the other outputs were not tasks
+    generate_s: float
+    validate_s: float
+
+    @property
+    def valid_tasks(self) -> list[Task]:
+        return [v.task for v in self.verdicts if v.valid]
 
 
 @dataclasses.dataclass(frozen=True)
-class GeneratedChunk:
-    topics: list[str]
-    inputs: list[GeneratorInput]
-    verdicts: list[Verdict]
-    rejected_unparsed: list[str]  # parse failure reasons
-    generator_version: int
-    generate_s: float = 0.0
-    validate_s: float = 0.0
-    error: str = ""
+class Generation:
+    """The generator step: prompts from topics and few-shot tasks, parsing, validation."""
 
-    @classmethod
-    def failed(cls, topics: list[str], error: Exception) -> GeneratedChunk:
-        return cls(topics, [], [], [], -1, error=f"{type(error).__name__}: {error}")
+    engines: RoleEngines
+    template: PromptTemplate
+    sampling: SamplingParams
+    few_shot: int
+    max_similarity: float  # a new task this close to a known one is a near-duplicate
+    limits: Limits
+
+    def generate(self, topics: Sequence[str], known: Sequence[Task], rng: random.Random,
+                 meter: TokenMeter, executor: Executor) -> GeneratedChunk:
+        prompts = [generator_prompt(self.template, t, list(known), self.few_shot, rng)
+                   for t in topics]
+        started = time.monotonic()
+        sample = _sample(self.engines, prompts, self.sampling, meter, resample_rounds=1)
+        generate_s = time.monotonic() - started
+        seen, version = list(known), self.engines.weights_version
+        inputs, parsed, unparsed = [], [], []
+        for topic, prompt, group in zip(topics, prompts, sample.completions):
+            for completion in group:
+                outcome, task = self._parse(completion.text, topic, version, seen)
+                inputs.append(GeneratorInput(index=0, prompt=prompt, completion=completion,
+                                             outcome=outcome,
+                                             task_id=task.task_id if task else None))
+                if task is None:
+                    unparsed.append(outcome)
+                else:
+                    parsed.append(task)
+                    seen.append(task)
+        started = time.monotonic()
+        verdicts = validate_tasks(parsed, executor) if parsed else []
+        return GeneratedChunk(tuple(topics), tuple(inputs), tuple(verdicts), tuple(unparsed),
+                              generate_s, time.monotonic() - started)
+
+    def _parse(self, text: str, topic: str, version: int, known: list[Task]
+               ) -> tuple[str, Task | None]:
+        try:
+            task = parse_task(text, topic, self.limits, generator_version=version)
+        except TaskFormatError as e:
+            return e.reason, None
+        _, similarity = most_similar(task, known)
+        if similarity >= self.max_similarity:
+            return "near_duplicate", None
+        return "parsed", task
 
 
-def versions(ctx: Context) -> Versions:
-    return Versions(generator=ctx.generator.weights_version, solver=ctx.solver.weights_version)
+@dataclasses.dataclass(frozen=True)
+class Solutions:
+    """K distinct candidate programs per task, with the prompts they answered."""
+
+    tasks: tuple[Task, ...]
+    prompts: tuple[str, ...]  # prompts[i] is the prompt of tasks[i]
+    candidates: tuple[Candidate, ...]  # grouped by task, in task order
+    sampled: int  # completions generated, duplicates included
+    solve_s: float
 
 
-def meters(ctx: Context) -> dict[str, TokenMeter]:
-    return {role: TokenMeter(role, cap) for role, cap in ctx.token_caps.items()}
+@dataclasses.dataclass(frozen=True)
+class Solving:
+    """The solver step: few-shot prompts, K distinct completions, the programs to check."""
+
+    engines: RoleEngines
+    template: PromptTemplate
+    sampling: SamplingParams  # n = K candidates per task
+    few_shot: int
+    examples: tuple[Task, ...]  # solved tasks shown in the prompt
+
+    def solve(self, tasks: Sequence[Task], round_index: int, meter: TokenMeter) -> Solutions:
+        prompts = [solver_prompt(self.template, t, list(self.examples), self.few_shot)
+                   for t in tasks]
+        started = time.monotonic()
+        sample = _sample(self.engines, prompts, self.sampling, meter)
+        candidates = [Candidate(candidate_id=f"{task.task_id}/r{round_index}/{k}",
+                                task_id=task.task_id,
+                                code=candidate_program(task, c.text, self.template.chat),
+                                solver_version=c.weights_version, prompt_tokens=c.prompt_tokens,
+                                completion_tokens=c.completion_tokens)
+                      for task, group in zip(tasks, sample.completions)
+                      for k, c in enumerate(group)]
+        return Solutions(tuple(tasks), tuple(prompts), tuple(candidates), sample.sampled,
+                         time.monotonic() - started)
 
 
-def wall_exceeded(ctx: Context, started: float) -> bool:
-    cap = ctx.loop.caps.wall_s
-    return cap is not None and time.monotonic() - started > cap
-
-
-def over_caps(ctx: Context, tally: Any, meters: dict[str, TokenMeter], started: float) -> bool:
-    caps = ctx.loop.caps
-    return (wall_exceeded(ctx, started)
-            or (caps.sandbox_cpu_s is not None and tally.sandbox_cpu_s >= caps.sandbox_cpu_s)
-            or (caps.tasks is not None and tally.valid >= caps.tasks)
-            or any(m.cap is not None and m.total >= m.cap for m in meters.values()))
-
-
-def topics_for_round(ctx: Context, index: int) -> list[str]:
-    return topic_schedule(list(ctx.loop.topics), ctx.loop.tasks_per_round, index)
-
-
-def _role_generate(engines: RoleEngines):
-    """A role's generate() for sample_distinct: lost prompts come back as None (re-issued)."""
-    return lambda prompts, sampling: engines.generate(prompts, sampling).completions
-
-
-def generate_tasks(ctx: Context, topics: list[str], archive: list[Task], rng: random.Random,
-                   meters: dict[str, TokenMeter]) -> GeneratedChunk:
-    """Generator step + validation by execution, for one chunk of topics."""
-    pool = ctx.seeds + archive
-    prompts = [generator_prompt(ctx.templates["generator"], t, pool, ctx.loop.few_shot, rng)
-               for t in topics]
-    started = time.monotonic()
+def _sample(engines: RoleEngines, prompts: list[str], sampling: SamplingParams,
+            meter: TokenMeter, resample_rounds: int = 2):
+    """sample_distinct on a role's engines (prompts lost with a dead engine are re-issued)."""
     try:
-        sample = sample_distinct(_role_generate(ctx.generator), prompts, ctx.generator_sampling,
-                                 meters["generator"], resample_rounds=1)
+        return sample_distinct(lambda p, s: engines.generate(p, s).completions, prompts,
+                               sampling, meter, resample_rounds=resample_rounds)
     except TokenBudgetExceeded as e:
         raise CapReached(str(e)) from e
-    generate_s = time.monotonic() - started
-    known = list(pool)
-    version = ctx.generator.weights_version
-    inputs, parsed, unparsed = [], [], []
-    for topic, prompt, group in zip(topics, prompts, sample.completions):
-        for completion in group:
-            outcome, task = _parse(completion, topic, ctx, version, known)
-            inputs.append(GeneratorInput(index=0, prompt=prompt, completion=completion,
-                                         outcome=outcome, task_id=task.task_id if task else None))
-            if task is not None:
-                parsed.append(task)
-                known.append(task)
-            else:
-                unparsed.append(outcome)
-    started = time.monotonic()
-    verdicts = validate_tasks(parsed, ctx.sandbox) if parsed else []
-    return GeneratedChunk(topics, inputs, verdicts, unparsed, version, generate_s,
-                          time.monotonic() - started)
 
 
-def _parse(completion: Completion, topic: str, ctx: Context, version: int, known: list[Task]
-           ) -> tuple[str, Task | None]:
-    try:
-        task = parse_task(completion.text, topic, ctx.limits, generator_version=version)
-    except TaskFormatError as e:
-        return e.reason, None
-    _, similarity = most_similar(task, known)
-    if similarity >= ctx.loop.max_similarity:
-        return "near_duplicate", None
-    return "parsed", task
+def execute(executor: Executor, solutions: Solutions, limits: Limits) -> list[CheckResult]:
+    """Every candidate against its task's tests. A sandbox_error the executor could not cure
+    by its own re-run stays in the results: it is recorded and kept out of the pairs."""
+    tests = {t.task_id: t.tests for t in solutions.tasks}
+    return executor.check_many([c.code for c in solutions.candidates],
+                               [tests[c.task_id] for c in solutions.candidates], limits=limits)
 
 
-def record_generated(ctx: Context, index: int, chunk: GeneratedChunk, tally: Any) -> None:
-    if chunk.error:
-        tally.rejections["generator_failed"] += len(chunk.topics)
-        print(f"round {index}: generation failed for {chunk.topics}: {chunk.error}", flush=True)
-        return
-    v = versions(ctx)
-    # The round's inputs recorded so far: a killed round's rows were discarded before it re-ran.
-    for i, item in enumerate(chunk.inputs, start=tally.proposed):
-        ctx.store.record_generator_input(index, dataclasses.replace(item, index=i), v)
-    for verdict in chunk.verdicts:
-        ctx.store.record_task(index, verdict.task, verdict.valid, verdict.reason, v)
-    tally.stage_s["generate"] += chunk.generate_s
-    tally.stage_s["validate_tasks"] += chunk.validate_s
-    tally.sandbox_cpu_s += sum(v.reference_cpu_s for v in chunk.verdicts)
-    tally.proposed += len(chunk.inputs)
-    tally.rejections.update(chunk.rejected_unparsed)
-    tally.rejections.update(v.reason for v in chunk.verdicts if not v.valid)
-    valid = [v.task for v in chunk.verdicts if v.valid]
-    tally.valid += len(valid)
-    tally.new_tasks += valid
+@dataclasses.dataclass(frozen=True)
+class Scored:
+    """The evaluator's verdicts on one batch and the training items built from them."""
+
+    scores: tuple[Score, ...]  # scores[i] is the score of solutions.candidates[i]
+    pairs: tuple[PreferencePair, ...]
+    groups: tuple[CompletionGroup, ...]  # built only when the learner trains on groups
+    pass_rates: tuple[float, ...]  # per task with rated candidates: the fraction that passed
+    rated: int  # candidates with a verdict (not sandbox_error)
+    passed: int  # of those, how many passed every test
 
 
-def solve_and_score(ctx: Context, index: int, tasks: list[Task], tally: Any,
-                    meters: dict[str, TokenMeter], generated: bool) -> None:
-    """Solver step, execution, scoring and preference pairs for a batch of tasks."""
-    if not tasks:
-        return
-    examples = [t for t in ctx.seeds if t.family == "codegen"]
-    prompts = [solver_prompt(ctx.templates["solver"], t, examples, ctx.loop.few_shot)
-               for t in tasks]
-    sampling = dataclasses.replace(ctx.solver_sampling, n=ctx.loop.candidates)
-    started = time.monotonic()
-    try:
-        sample = sample_distinct(_role_generate(ctx.solver), prompts, sampling, meters["solver"])
-    except TokenBudgetExceeded as e:
-        raise CapReached(str(e)) from e
-    tally.stage_s["solve"] += time.monotonic() - started
-    tally.sampled += sample.sampled
-    chat = ctx.templates["solver"].chat
-    candidates = [Candidate(candidate_id=f"{task.task_id}/r{index}/{k}", task_id=task.task_id,
-                            code=candidate_program(task, c.text, chat),
-                            solver_version=c.weights_version, prompt_tokens=c.prompt_tokens,
-                            completion_tokens=c.completion_tokens)
-                  for task, group in zip(tasks, sample.completions)
-                  for k, c in enumerate(group)]
-    tally.distinct += len(candidates)
-    by_task = {t.task_id: t for t in tasks}
-    started = time.monotonic()
-    checks = ctx.sandbox.check_many([c.code for c in candidates],
-                                    [by_task[c.task_id].tests for c in candidates],
-                                    limits=ctx.limits)
-    scores = score_many(candidates, checks)
-    tally.stage_s["execute"] += time.monotonic() - started
-    tally.sandbox_cpu_s += sum(c.execution.cpu_s for c in checks)
-    v = versions(ctx)
-    ctx.store.record_candidates(index, candidates, v)
-    ctx.store.record_executions(index, [(c.candidate_id, c.task_id, r)
-                                        for c, r in zip(candidates, checks)], v)
-    ctx.store.record_scores(index, scores, v)
-    pairs = []
-    for task, prompt in zip(tasks, prompts):
-        mine = [(c, s) for c, s in zip(candidates, scores) if c.task_id == task.task_id]
-        if not mine:
-            continue
-        rated = [s for _, s in mine if not needs_rerun(s)]
-        if rated:
-            tally.task_pass_rates.append(sum(s.passed for s in rated) / len(rated))
-        if generated:
-            tally.new_task_candidates += len(rated)
-            tally.new_task_passed += sum(s.passed for s in rated)
+def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: float,
+          with_groups: bool) -> Scored:
+    scores = score_many(list(solutions.candidates), list(checks))
+    pairs: list[PreferencePair] = []
+    groups: list[CompletionGroup] = []
+    rates: list[float] = []
+    rated = [s for s in scores if not needs_rerun(s)]
+    for task, prompt in zip(solutions.tasks, solutions.prompts):
+        mine = [(c, s) for c, s in zip(solutions.candidates, scores) if c.task_id == task.task_id]
+        verdicts = [s for _, s in mine if not needs_rerun(s)]
+        if verdicts:
+            rates.append(sum(s.passed for s in verdicts) / len(verdicts))
         pairs += build_pairs(task, prompt, [c for c, _ in mine], [s for _, s in mine],
-                             task.generator_version, margin=ctx.loop.pair_margin)
-        usable = [(c, s) for c, s in mine if not needs_rerun(s)]
-        group = group_for(prompt, [c.code for c, _ in usable], [s.value for _, s in usable],
-                          task.task_id)
-        if group is not None:
-            tally.groups.append(group)
-    ctx.store.record_pairs(index, pairs, v)
-    append_jsonl(pairs_file(ctx, index), pairs)
-    tally.pairs += len(pairs)
-    tally.round_pairs += pairs
+                             task.generator_version, margin=pair_margin)
+        if with_groups:
+            groups += build_groups(task, prompt, [c for c, _ in mine], [s for _, s in mine])
+    return Scored(tuple(scores), tuple(pairs), tuple(groups), tuple(rates), len(rated),
+                  sum(s.passed for s in rated))
 
 
-def pairs_file(ctx: Context, index: int) -> Path:
-    return ctx.run_dir / "pairs" / f"round_{index:03d}.jsonl"
-
-
-def export_round(ctx: Context, index: int) -> Path:
-    """The round's pairs as a `datasets` dataset TRL's DPOTrainer loads (pairs/round_N/)."""
-    path = pairs_file(ctx, index)
-    return save_dataset(read_jsonl(path) if path.exists() else [],
-                        ctx.run_dir / "pairs" / f"round_{index:03d}")
-
-
-def validate_solver(ctx: Context, tally: Any) -> humaneval.ValidationResult | None:
+def validate(engines: RoleEngines, executor: Executor,
+             problems: Sequence[humaneval.HumanEvalProblem], samples_per_problem: int,
+             max_tokens: int) -> humaneval.ValidationResult | None:
     """The fixed validation set (a HumanEval subset), never mixed with generated tasks."""
-    if not ctx.validation_problems:
+    if not problems:
         return None
-    sampling = dataclasses.replace(
-        humaneval.default_sampling(ctx.validation.samples_per_problem),
-        max_tokens=ctx.validation.max_tokens)
-    started = time.monotonic()
-    result = humaneval.evaluate(complete(ctx.solver), ctx.sandbox, ctx.validation_problems,
-                                samples_per_problem=ctx.validation.samples_per_problem,
-                                sampling=sampling)
-    tally.stage_s["validation"] += time.monotonic() - started
-    return result
+    sampling = dataclasses.replace(humaneval.default_sampling(samples_per_problem),
+                                   max_tokens=max_tokens)
+    return humaneval.evaluate(complete(engines), executor, problems,
+                              samples_per_problem=samples_per_problem, sampling=sampling)
 
 
 def complete(engines: RoleEngines):
@@ -278,60 +223,19 @@ def complete(engines: RoleEngines):
     return generate
 
 
-def replay_tasks(ctx: Context, archive: list[Task], cursor: int) -> tuple[list[Task], int]:
-    """Seed and archived tasks the solver also attempts this round (rotating through them)."""
-    pool = ctx.seeds + archive
-    count = min(ctx.loop.replay_tasks_per_round, len(pool))
-    chosen = [pool[(cursor + i) % len(pool)] for i in range(count)]
-    return chosen, (cursor + count) % max(1, len(pool))
+def replay_tasks(known: Sequence[Task], cursor: int, count: int) -> tuple[list[Task], int]:
+    """Seed and archived tasks the solver also attempts this round (rotating through them);
+    the tasks and the next round's cursor."""
+    count = min(count, len(known))
+    chosen = [known[(cursor + i) % len(known)] for i in range(count)]
+    return chosen, (cursor + count) % max(1, len(known))
 
 
-def update_archive(archive: list[Task], new: list[Task], size: int) -> list[Task]:
+def update_archive(archive: Sequence[Task], new: Sequence[Task], size: int) -> tuple[Task, ...]:
+    """The last `size` distinct tasks of archive + new."""
     seen, merged = set(), []
-    for task in archive + new:
+    for task in [*archive, *new]:
         if task.task_id not in seen:
             seen.add(task.task_id)
             merged.append(task)
-    return merged[-size:] if size else []
-
-
-def round_metrics(ctx: Context, index: int, tally: Any, meters: dict[str, TokenMeter],
-                  validation: humaneval.ValidationResult | None, wall_s: float,
-                  learned: Any = None) -> RoundMetrics:
-    rates = tally.task_pass_rates
-    learner = {} if learned is None else {
-        "update": learned.update, "learner_step": learned.learner_step,
-        "learner_loss": learned.learner_loss, "gate_pass_at_1": learned.gate_pass_at_1,
-        "gate_heldout_logp": learned.gate_heldout_logp, "rejected_by": learned.rejected_by}
-    return RoundMetrics(
-        run_id=ctx.run_id, round=index, generator_version=tally.generator_version,
-        solver_version=tally.solver_version,
-        validation_pass_at_1=validation.pass_at_k[1] if validation else None,
-        validation_problems=validation.problems if validation else 0,
-        tasks_proposed=tally.proposed, tasks_valid=tally.valid,
-        rejection_reasons=tuple(tally.rejections.most_common()),
-        new_task_pass_rate=(tally.new_task_passed / tally.new_task_candidates
-                            if tally.new_task_candidates else 0.0),
-        new_task_candidates=tally.new_task_candidates,
-        mean_difficulty=1 - sum(rates) / len(rates) if rates else 0.0,
-        pairs=tally.pairs,
-        candidate_diversity=tally.distinct / tally.sampled if tally.sampled else 0.0,
-        tokens_generator=meters["generator"].total, tokens_solver=meters["solver"].total,
-        sandbox_cpu_s=round(tally.sandbox_cpu_s, 3),
-        stage_s=tuple((k, round(v, 3)) for k, v in sorted(tally.stage_s.items())),
-        wall_s=round(wall_s, 3), **learner)
-
-
-def round_line(m: RoundMetrics) -> str:
-    val = "n/a" if m.validation_pass_at_1 is None else f"{m.validation_pass_at_1:.3f}"
-    reasons = ", ".join(f"{r}={n}" for r, n in m.rejection_reasons[:3]) or "-"
-    return (f"round {m.round}: val pass@1 {val} ({m.validation_problems} problems) | tasks "
-            f"{m.tasks_valid}/{m.tasks_proposed} valid (rejected: {reasons}) | new-task pass "
-            f"{m.new_task_pass_rate:.2f} | difficulty {m.mean_difficulty:.2f} | pairs {m.pairs}"
-            f" | diversity {m.candidate_diversity:.2f} | tokens {m.tokens_generator}+"
-            f"{m.tokens_solver} | sandbox {m.sandbox_cpu_s:.1f} cpu-s | {m.wall_s:.0f} s"
-            + ("" if m.update == "none" else f" | update {m.update} (step {m.learner_step}"
-               + ("" if m.learner_loss is None else f", loss {m.learner_loss:.4f}")
-               + ("" if m.gate_heldout_logp is None
-                  else f", held-out logp {m.gate_heldout_logp:.4f}")
-               + (f", by {'+'.join(m.rejected_by)}" if m.rejected_by else "") + ")"))
+    return tuple(merged[-size:]) if size else ()

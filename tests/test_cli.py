@@ -76,6 +76,7 @@ def test_exec_on_the_docker_backend(tmp_path):
     assert data["limits_enforced_by"].startswith("docker")
 
 
+@pytest.mark.slow  # a model, HumanEval and a Ray cluster: ~20-30 s
 def test_eval_reports_humaneval_pass_at_1_through_the_sandbox():
     out = cli("eval", "--model", "tiny", "--problems", "2", "--max-tokens", "8")
     assert out.returncode == 0, out.stderr[-2000:]

@@ -8,7 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "spade_ray"
 STAGES = ("execution", "rollout", "tasks", "evaluation", "preferences", "tracking", "learner")
-WIRING = {"loop.py", "stages.py", "training.py", "cluster.py", "cli.py", "app.py", "config.py"}
+WIRING = {"loop.py", "stages.py", "recorder.py", "streaming.py", "training.py", "cluster.py",
+          "cli.py", "app.py", "config.py"}
 
 
 def spade_imports(path: Path) -> list[str]:

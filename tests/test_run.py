@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test is a whole `spade-ray run`: 20-45 s
+
 SPADE_RAY = str(Path(sys.executable).parent / "spade-ray")
 
 
@@ -94,7 +96,7 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):
 def test_dpo_rounds_start_a_learner_and_checkpoint_it(tmp_path, ranks):
     # two data-parallel ranks: DeepSpeed, half a CPU each so that they fit the 2-CPU machine
     several = ["learner.ranks=2", "learner.cpus=0.5",
-               "learner.kwargs.deepspeed_config=conf/deepspeed/zero2.json"] if ranks > 1 else []
+               "learner.params.deepspeed_config=conf/deepspeed/zero2.json"] if ranks > 1 else []
     out = subprocess.run(run_cmd(tmp_path, "learner=dpo", "loop.rounds=1", *several),
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -1,123 +1,160 @@
 """The learn stage with a real learner actor and real engines (tiny model): publish, gate,
 roll back, resume. The validation pass@1 is injected so the pass@1 gate's two paths are exact;
-the held-out log-prob gate is measured for real."""
-
-import dataclasses
+the held-out log-prob gate is measured for real. Every test starts from the base weights on a
+fresh Trainer (the Ray cluster and the learner actor are shared: they are slow to start)."""
 
 import pytest
 import ray
 
 from spade_ray.cluster import Cluster, RoleSpec
-from spade_ray.config import LearnerConfig
 from spade_ray.evaluation.humaneval import ValidationResult
-from spade_ray.records import PreferencePair, SamplingParams
-from spade_ray.training import Trainer, learn, learner_kwargs
+from spade_ray.records import (
+    GateSignal,
+    LearnerParams,
+    PreferencePair,
+    RoundState,
+    SamplingParams,
+    TrainAlgorithm,
+    UpdateStatus,
+)
+from spade_ray.training import Gate, Trainer
+
+pytestmark = pytest.mark.slow  # a cluster, engines and a learner actor: ~40 s for the module
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8)
+PROMPT = "def add(a, b):"
+HELDOUT = ((PROMPT, "\n    return a + b\n"),)
 
 
-def pairs(n):
-    return [PreferencePair(task_id=f"t{i}", prompt="def add(a, b):",
-                           chosen="def add(a, b):\n    return a + b\n",
-                           rejected="def add(a, b):\n    return None\n",
+def pairs(n, flipped=False):
+    good, bad = "def add(a, b):\n    return a + b\n", "def add(a, b):\n    return None\n"
+    chosen, rejected = (bad, good) if flipped else (good, bad)
+    return [PreferencePair(task_id=f"t{i}", prompt=PROMPT, chosen=chosen, rejected=rejected,
                            chosen_candidate_id=f"t{i}/c", rejected_candidate_id=f"t{i}/r",
                            chosen_score=1.0, rejected_score=0.0, solver_version=0,
                            generator_version=-1) for i in range(n)]
 
 
-def scored(pass_at_1):
-    return lambda: ValidationResult(pass_at_k={1: pass_at_1}, problems=4, samples_per_problem=1,
-                                    passed_per_problem={}, syntax_errors=0, generate_s=0.0,
-                                    check_s=0.0)
+def validation(pass_at_1):
+    return ValidationResult(pass_at_k={1: pass_at_1}, problems=4, samples_per_problem=1,
+                            passed_per_problem={}, syntax_errors=0, generate_s=0.0, check_s=0.0)
+
+
+def spec(tiny_model):
+    return RoleSpec("solver", "hf", tiny_model, cpus_per_engine=0.5,
+                    backend_kwargs=(("dtype", "float32"),))
 
 
 @pytest.fixture(scope="module")
-def setup(tiny_model, tmp_path_factory):
+def placed(tiny_model, tmp_path_factory):
+    """One cluster with a learner; the learner's base checkpoint and merged base weights."""
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    spec = RoleSpec("solver", "hf", tiny_model, cpus_per_engine=0.5,
-                    backend_kwargs=(("dtype", "float32"),))
-    config = LearnerConfig(name="dpo", cpus=1, min_pairs_per_update=2, gate_tolerance=0.05,
-                           kwargs={"lora_rank": 4, "lr": 0.05, "micro_batch_size": 2})
+    params = LearnerParams(lora_rank=4, lr=0.05, micro_batch_size=2, min_pairs_per_update=2)
     try:
-        with Cluster([spec], learner_cpus=config.cpus) as cluster:
-            actor = cluster.start_learner(tiny_model, learner_kwargs(config))
-            trainer = Trainer.start(config, actor, cluster.engines,
-                                    tmp_path_factory.mktemp("run"))
-            yield trainer, cluster
+        with Cluster([spec(tiny_model)], learner_cpus=1) as cluster:
+            group = cluster.start_learner(tiny_model, params)
+            base = group.save_checkpoint(str(tmp_path_factory.mktemp("base") / "step_0"))
+            yield cluster, group, base, group.policy_state_dict()
     finally:
         ray.shutdown()
 
 
-def test_the_learner_holds_its_own_bundle(setup):
-    trainer, cluster = setup
-    group = cluster.placement_group
-    assert ray.util.placement_group_table(group)["bundles"] == {0: {"CPU": 0.5}, 1: {"CPU": 1.0}}
-    trainer.learner.step()  # started
-    bundle = f"CPU_group_1_{group.id.hex()}"
-    assert ray.cluster_resources()[bundle] == 1.0
+def start(placed, tmp_path, logp_tolerance=None):
+    """A fresh Trainer on the base weights, served under a new version."""
+    cluster, group, base, weights = placed
+    group.load_checkpoint(base)
+    version = cluster["solver"].weights_version + 1
+    cluster["solver"].update_weights(weights, version)
+    trainer = Trainer.start(TrainAlgorithm.DPO, Gate(0.05, logp_tolerance), group,
+                            cluster.engines, tmp_path, HELDOUT)
+    trainer.version, trainer.served_pass_at_1 = version, 0.5
+    return trainer
+
+
+def served_text(cluster):
+    return cluster["solver"].generate([PROMPT], GREEDY).completions[0][0]
+
+
+def test_the_learner_holds_its_own_bundle(placed):
+    cluster, group, _, _ = placed
+    pg = cluster.placement_group
+    assert ray.util.placement_group_table(pg)["bundles"] == {0: {"CPU": 0.5}, 1: {"CPU": 1.0}}
+    group.step()  # started
+    bundle = f"CPU_group_1_{pg.id.hex()}"
     assert ray.available_resources().get(bundle, 0.0) == 0.0  # all taken by the learner
 
 
-def test_too_few_pairs_only_buffer(setup):
-    trainer, _ = setup
-    assert learn(trainer, pairs(1), 0.5, scored(0.5)).update == "buffering"
-    assert trainer.version == 0
+def test_too_few_pairs_only_buffer(placed, tmp_path):
+    trainer = start(placed, tmp_path)
+    before = trainer.version
+    outcome = trainer.gate(trainer.update(pairs(1)), validation(0.5))
+    assert (outcome.update, trainer.version) == (UpdateStatus.BUFFERING, before)
 
 
-def test_accepted_update_reaches_the_engines_with_a_new_version(setup):
-    trainer, cluster = setup
-    solver = cluster["solver"]
-    before = solver.generate(["def add(a, b):"], GREEDY).completions[0][0]
-    outcome = learn(trainer, pairs(2), 0.5, scored(0.5))
-    after = solver.generate(["def add(a, b):"], GREEDY).completions[0][0]
-    assert outcome.update == "accepted" and outcome.learner_step >= 1
-    assert after.weights_version == trainer.version == 1 > before.weights_version
-    assert after.text != before.text
+def test_an_update_that_holds_pass_at_1_is_accepted(placed, tmp_path):
+    trainer = start(placed, tmp_path)
+    outcome = trainer.gate(trainer.update(pairs(2)), validation(0.5))
+    assert outcome.update == UpdateStatus.ACCEPTED and outcome.learner_step == 1
 
 
-def test_harmful_update_is_rolled_back(setup):
-    trainer, cluster = setup
-    solver = cluster["solver"]
-    served = solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text
-    outcome = learn(trainer, pairs(2), 0.5, scored(0.1))  # the gate sees a drop of 0.4
-    restored = solver.generate(["def add(a, b):"], GREEDY).completions[0][0]
-    assert outcome.update == "rejected"
-    assert restored.text == served  # the previous weights, under a newer version
-    assert restored.weights_version == trainer.version == 3
+def test_a_published_update_is_served_under_the_next_version(placed, tmp_path):
+    trainer = start(placed, tmp_path)
+    cluster = placed[0]
+    before = served_text(cluster)
+    trainer.update(pairs(2))
+    after = served_text(cluster)
+    assert (after.weights_version, after.text != before.text) == (before.weights_version + 1,
+                                                                  True)
 
 
-def test_resume_restores_the_last_accepted_state(setup, tiny_model):
-    trainer, cluster = setup
-    solver = cluster["solver"]
-    served = solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text
-    spec = RoleSpec("solver", "hf", tiny_model, cpus_per_engine=0.5,
-                    backend_kwargs=(("dtype", "float32"),))
-    with Cluster([spec]) as restarted:  # fresh engines, as after a restart: base weights
-        fresh = dataclasses.replace(trainer, engines=restarted.engines, version=0)
-        fresh.resume(trainer.state())
-        again = restarted["solver"].generate(["def add(a, b):"], GREEDY).completions[0][0]
-    assert fresh.version == trainer.version
-    assert again.text == served and again.weights_version == trainer.version
+def test_an_update_that_lowers_pass_at_1_is_rolled_back(placed, tmp_path):
+    trainer = start(placed, tmp_path)
+    cluster = placed[0]
+    served = served_text(cluster).text
+    outcome = trainer.gate(trainer.update(pairs(2)), validation(0.1))  # a drop of 0.4
+    assert (outcome.update, outcome.rejected_by, served_text(cluster).text) == (
+        UpdateStatus.REJECTED, (GateSignal.PASS_AT_1,), served)
 
 
-def test_an_update_that_unlearns_held_out_solutions_is_rejected(setup):
-    trainer, cluster = setup
-    solver = cluster["solver"]
-    gated = dataclasses.replace(
-        trainer, config=dataclasses.replace(trainer.config, gate_logp_tolerance=0.1),
-        heldout=(("def add(a, b):", "\n    return a + b\n"),),
-        accepted_checkpoint=str(trainer.checkpoints / "step_000000"))
-    gated.learner.load_checkpoint(gated.accepted_checkpoint)  # a fresh learner
-    before = gated.heldout_logp = gated.measure_heldout()
+def test_a_rollback_serves_the_old_weights_under_a_newer_version(placed, tmp_path):
+    trainer = start(placed, tmp_path)
+    before = trainer.version
+    trainer.gate(trainer.update(pairs(2)), validation(0.1))
+    assert served_text(placed[0]).weights_version == trainer.version == before + 2
 
-    good = learn(gated, pairs(2), 0.5, scored(0.5))  # prefers the held-out solution
-    assert good.update == "accepted" and good.gate_heldout_logp > before
-    assert gated.heldout_logp == good.gate_heldout_logp  # the new accepted baseline
-    served = solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text
 
-    harmful = [dataclasses.replace(p, chosen=p.rejected, rejected=p.chosen) for p in pairs(4)]
-    bad = learn(gated, harmful, 0.5, scored(0.5))  # pass@1 holds: only the log-prob falls
-    assert bad.update == "rejected" and bad.rejected_by == ("heldout_logp",)
-    assert bad.gate_heldout_logp < gated.heldout_logp - 0.1
-    assert solver.generate(["def add(a, b):"], GREEDY).completions[0][0].text == served
-    assert gated.measure_heldout() == pytest.approx(gated.heldout_logp, abs=1e-5)
+def test_resume_restores_the_last_accepted_state(placed, tmp_path, tiny_model):
+    trainer = start(placed, tmp_path)
+    trainer.gate(trainer.update(pairs(2)), validation(0.5))
+    served = served_text(placed[0]).text
+    state = trainer.carry(RoundState())
+    with Cluster([spec(tiny_model)]) as restarted:  # fresh engines, as after a restart
+        fresh = Trainer(TrainAlgorithm.DPO, trainer.gate_config, trainer.learner,
+                        restarted.engines, trainer.checkpoints, trainer.served,
+                        trainer.accepted_checkpoint)
+        fresh.resume(state)
+        again = served_text(restarted)
+    assert (again.text, again.weights_version) == (served, trainer.version)
+
+
+def test_an_update_that_unlearns_held_out_solutions_is_rejected(placed, tmp_path):
+    trainer = start(placed, tmp_path, logp_tolerance=0.1)
+    harmful = pairs(4, flipped=True)  # pass@1 holds: only the log-prob falls
+    outcome = trainer.gate(trainer.update(harmful), validation(0.5))
+    assert (outcome.update, outcome.rejected_by) == (UpdateStatus.REJECTED,
+                                                     (GateSignal.HELDOUT_LOGP,))
+
+
+def test_an_accepted_update_becomes_the_held_out_baseline(placed, tmp_path):
+    trainer = start(placed, tmp_path, logp_tolerance=0.1)
+    before = trainer.heldout_logp
+    outcome = trainer.gate(trainer.update(pairs(2)), validation(0.5))  # prefers the solution
+    assert outcome.gate_heldout_logp > before
+    assert trainer.heldout_logp == outcome.gate_heldout_logp
+
+
+def test_a_rejected_update_restores_the_learner(placed, tmp_path):
+    trainer = start(placed, tmp_path, logp_tolerance=0.1)
+    accepted = trainer.heldout_logp
+    trainer.gate(trainer.update(pairs(4, flipped=True)), validation(0.5))
+    assert trainer.measure_heldout() == pytest.approx(accepted, abs=1e-5)

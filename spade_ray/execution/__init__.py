@@ -3,9 +3,14 @@
     from spade_ray.execution import Sandbox
     with Sandbox(backend="local") as sb:
         result = sb.run("print(1 + 1)")
+
+`Executor` is the interface both `Sandbox` and `pool.SandboxPool` (imports Ray) implement;
+`Placement` says which one a run uses.
 """
 
+from spade_ray.execution.executor import Executor, Placement
 from spade_ray.execution.protocol import BackendUnavailable
 from spade_ray.execution.sandbox import BACKENDS, Sandbox, SandboxInputError
 
-__all__ = ["BACKENDS", "BackendUnavailable", "Sandbox", "SandboxInputError"]
+__all__ = ["BACKENDS", "BackendUnavailable", "Executor", "Placement", "Sandbox",
+           "SandboxInputError"]

@@ -1,4 +1,5 @@
-"""`SandboxPool`: sandbox workers as Ray actors (default one per CPU), with the `Sandbox` calls.
+"""`SandboxPool`: sandbox workers as Ray actors (default one per CPU), with the `Sandbox` calls
+(both implement execution.Executor, so the loop takes either).
 
 `stream(jobs)` is the primitive: it submits jobs with backpressure (at most `max_in_flight`
 outstanding per actor, so a million-job iterator is never materialised in the object store) and
@@ -37,14 +38,20 @@ class SandboxActor:
 
     def __init__(self, backend: str, limits: Limits, packages: tuple[str, ...]) -> None:
         self._sandbox = Sandbox(backend=backend, limits=limits, workers=1, packages=packages)
+        self._executed = 0
 
     def execute(self, job: Job) -> ExecResult | CheckResult:
+        self._executed += 1
         if job.tests is not None:
             return self._sandbox.check(job.code, job.tests, job.limits)
         return self._sandbox.run(job.code, job.stdin, job.limits)
 
     def pid(self) -> int:
         return os.getpid()
+
+    def executed(self) -> int:
+        """Jobs this actor process has run since it (re)started."""
+        return self._executed
 
 
 class SandboxPool:
@@ -157,3 +164,8 @@ class SandboxPool:
 def actor_pids(pool: SandboxPool) -> list[int]:
     """The OS pids of the pool's actors (for tests and operators)."""
     return ray.get([a.pid.remote() for a in pool.actors])
+
+
+def actor_executed(pool: SandboxPool) -> list[int]:
+    """Jobs each of the pool's actors has run (for tests and operators: where work went)."""
+    return ray.get([a.executed.remote() for a in pool.actors])

@@ -22,7 +22,7 @@ for the same reason).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
@@ -30,23 +30,20 @@ import torch
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from spade_ray.learner.algorithms import CompletionGroup
 from spade_ray.learner.learner import Learner
-from spade_ray.records import PreferencePair
+from spade_ray.records import CompletionGroup, LearnerParams, PreferencePair
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
 class LearnerActor:
-    def __init__(self, model_path: str, learner_kwargs: dict[str, Any]) -> None:
+    def __init__(self, model_path: str, params: LearnerParams) -> None:
         # torch's thread count follows OMP_NUM_THREADS, which Ray sets to this actor's whole
         # CPUs (1 when num_cpus is unset or < 1; ray/_private/utils.py): give it num_cpus.
-        self.learner = Learner(model_path, **learner_kwargs)
+        self.learner = Learner(model_path, params)
 
-    def dpo_update(self, pairs: Sequence[PreferencePair]) -> dict[str, float] | None:
-        return self.learner.dpo_update(pairs)
-
-    def grpo_update(self, groups: Sequence[CompletionGroup]) -> dict[str, float] | None:
-        return self.learner.grpo_update(groups)
+    def update(self, items: Sequence[PreferencePair] | Sequence[CompletionGroup]
+               ) -> dict[str, float] | None:
+        return self.learner.update(items)
 
     def mean_token_logp(self, texts: Sequence[tuple[str, str]]) -> float:
         return self.learner.mean_token_logp(texts)
@@ -91,25 +88,27 @@ class LearnerGroup:
 
     @classmethod
     def start(cls, placement_group: PlacementGroup, bundles: Sequence[int], cpus: float,
-              gpus: int, model_path: str, learner_kwargs: dict[str, Any]) -> LearnerGroup:
+              gpus: int, model_path: str, params: LearnerParams) -> LearnerGroup:
         def on(index: int) -> PlacementGroupSchedulingStrategy:
             return PlacementGroupSchedulingStrategy(placement_group,
                                                     placement_group_bundle_index=index)
 
         if len(bundles) == 1:
             return cls([LearnerActor.options(scheduling_strategy=on(bundles[0]), num_cpus=cpus,
-                                             num_gpus=gpus).remote(model_path, learner_kwargs)])
+                                             num_gpus=gpus).remote(model_path, params)])
         address, port = ray.get(_rendezvous.options(scheduling_strategy=on(bundles[0])).remote())
         env = {"MASTER_ADDR": address, "MASTER_PORT": str(port),
                "WORLD_SIZE": str(len(bundles)), "LOCAL_RANK": "0", "LOCAL_SIZE": "1"}
         return cls([LearnerActor.options(
             scheduling_strategy=on(index), num_cpus=cpus, num_gpus=gpus, max_restarts=0,
             runtime_env={"env_vars": {**env, "RANK": str(rank)}},
-        ).remote(model_path, learner_kwargs) for rank, index in enumerate(bundles)])
+        ).remote(model_path, params) for rank, index in enumerate(bundles)])
 
-    def update(self, algorithm: str, items: Sequence[Any]) -> dict[str, float] | None:
-        """`dpo_update` or `grpo_update` on every rank; the stats (averaged over the ranks)."""
-        return self._all(f"{algorithm}_update", ray.put(list(items)))[0]  # one copy for all
+    def update(self, items: Sequence[PreferencePair] | Sequence[CompletionGroup]
+               ) -> dict[str, float] | None:
+        """The update on every rank; the stats (averaged over the ranks)."""
+        batch = ray.put(list(items))  # one copy for all ranks
+        return self._all(lambda actor: actor.update.remote(batch))[0]
 
     def mean_token_logp(self, texts: Sequence[tuple[str, str]]) -> ray.ObjectRef:
         return self.actors[0].mean_token_logp.remote(list(texts))
@@ -118,18 +117,18 @@ class LearnerGroup:
         return self.actors[0].policy_state_dict.remote()
 
     def save_checkpoint(self, directory: str, merged: bool = False) -> str:
-        return self._all("save_checkpoint", directory, merged)[0]
+        return self._all(lambda actor: actor.save_checkpoint.remote(directory, merged))[0]
 
     def load_checkpoint(self, directory: str) -> int:
-        return self._all("load_checkpoint", directory)[0]
+        return self._all(lambda actor: actor.load_checkpoint.remote(directory))[0]
 
     def step(self) -> int:
         return ray.get(self.actors[0].step.remote())
 
-    def _all(self, method: str, *args: Any) -> list[Any]:
-        """`method` on every rank, in rank order; the first failure is raised at once (the other
-        ranks may be blocked in a collective it never joins)."""
-        refs = [getattr(a, method).remote(*args) for a in self.actors]
+    def _all(self, call: Callable[[Any], ray.ObjectRef]) -> list[Any]:
+        """`call(actor)` on every rank, in rank order; the first failure is raised at once (the
+        other ranks may be blocked in a collective it never joins)."""
+        refs = [call(a) for a in self.actors]
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)

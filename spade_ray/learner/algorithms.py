@@ -11,7 +11,6 @@ the frozen reference, then the loss with the policy. PPO with a critic would fit
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -23,35 +22,13 @@ from spade_ray.learner.logprobs import (
     TokenBatch,
     collate,
     encode,
-    split_program,
     token_logps,
 )
 from spade_ray.learner.losses import dpo_loss, group_advantages, grpo_loss, nll_per_token
-from spade_ray.records import PreferencePair
+from spade_ray.records import CompletionGroup, PreferencePair
+from spade_ray.tasks import split_program
 
 Model = nn.Module | CausalLM  # what token_logps scores with
-
-
-@dataclasses.dataclass(frozen=True)
-class CompletionGroup:
-    """GRPO's group: one prompt, K >= 2 sampled completions (the text after the prompt, as the
-    model wrote it) and their rewards. For candidate programs, `split_program` gives the split
-    DPO uses."""
-
-    prompt: str
-    completions: tuple[str, ...]
-    rewards: tuple[float, ...]
-    task_id: str = ""
-
-    def __post_init__(self) -> None:
-        if len(self.completions) != len(self.rewards):
-            raise ValueError(f"group {self.task_id!r}: {len(self.completions)} completions but "
-                             f"{len(self.rewards)} rewards")
-        if len(self.completions) < 2:
-            raise ValueError(f"group {self.task_id!r} has {len(self.completions)} completion(s); "
-                             "group-relative advantages need K >= 2")
-        if not all(math.isfinite(r) for r in self.rewards):
-            raise ValueError(f"group {self.task_id!r} has a non-finite reward: {self.rewards}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -101,16 +101,6 @@ class TrainEngine(Protocol):
     def load(self, directory: Path) -> None: ...
 
 
-def bf16_supported(device: torch.device) -> bool:
-    """bf16 where the hardware has it: CUDA's own check; on CPU oneDNN's (AVX512-BF16 / AMX)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 def warmup_factor(step: int, warmup_steps: int) -> float:
     """LR multiplier of optimizer step `step` (0-based): (step + 1) / W for the first W steps,
     then 1 (W = 0: no warm-up). Every step learns, unlike a warm-up that starts at 0."""

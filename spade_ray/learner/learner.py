@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from spade_ray.learner.algorithms import DPO, GRPO, Algorithm, CompletionGroup, micro_batches
+from spade_ray.learner.algorithms import DPO, GRPO, Algorithm, micro_batches
 from spade_ray.learner.checkpoint import (
     atomic_directory,
     read_meta,
@@ -43,7 +43,6 @@ from spade_ray.learner.engines import (
     DeepSpeedEngine,
     TorchEngine,
     TrainEngine,
-    bf16_supported,
     world_size_from_env,
 )
 from spade_ray.learner.engines import deepspeed_config as ds_config
@@ -55,64 +54,62 @@ from spade_ray.learner.weights import (
     reference_mode,
     trainable_parameters,
 )
-from spade_ray.records import PreferencePair, from_dict, to_dict
-
-ALGORITHMS = ("dpo", "grpo")
+from spade_ray.records import (
+    CompletionGroup,
+    LearnerParams,
+    PreferencePair,
+    TrainAlgorithm,
+    from_dict,
+    to_dict,
+)
+from spade_ray.rollout import bf16_supported
 
 
 class Learner:
-    def __init__(self, model_path: str, algorithm: str = "dpo", lora_rank: int = 16,
-                 lora_alpha: int | None = None, lr: float = 5e-5, beta: float = 0.1,
-                 label_smoothing: float = 0.0, dpo_loss_type: str = "sigmoid",
-                 rpo_alpha: float = 0.0,
-                 clip_eps: float = 0.2, kl_coef: float = 0.04, weight_decay: float = 0.0,
-                 warmup_steps: int = 0, max_grad_norm: float = 1.0,
-                 deepspeed_config: str | None = None, bf16: bool | None = None,
-                 min_pairs_per_update: int = 8, micro_batch_size: int = 2, grad_accum: int = 1,
-                 max_length: int = 1024, activation_checkpointing: bool = False,
-                 seed: int = 0) -> None:
-        """`lora_rank` 0 = full fine-tuning; `bf16` None = where the hardware supports it;
-        `deepspeed_config` None = the plain torch engine; GRPO counts `min_pairs_per_update`
-        and `micro_batch_size` in groups."""
-        _check_args(algorithm, lr, min_pairs_per_update, micro_batch_size, grad_accum)
+    def __init__(self, model_path: str, params: LearnerParams) -> None:
+        """`params`: how to train (records.LearnerParams, checked when it was built)."""
+        p = params
         world_size = world_size_from_env()
-        if world_size > 1 and not deepspeed_config:
+        if world_size > 1 and not p.deepspeed_config:
             raise ValueError(f"WORLD_SIZE={world_size}: more than one learner rank needs "
                              "deepspeed_config (the plain torch engine trains one rank)")
         from transformers import AutoTokenizer
 
-        self.algorithm_name = algorithm
+        self.algorithm_name = p.algorithm
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.algorithm: Algorithm = (
-            DPO(self.tokenizer, max_length, beta, label_smoothing, dpo_loss_type, rpo_alpha)
-            if algorithm == "dpo" else GRPO(self.tokenizer, max_length, clip_eps, kl_coef))
-        self.micro_batch_size = micro_batch_size
-        self.max_length = max_length
-        self.identity = {"algorithm": algorithm, "lora_rank": lora_rank,
-                         "lora_alpha": lora_alpha, "engine": "deepspeed" if deepspeed_config
+            DPO(self.tokenizer, p.max_length, p.beta, p.label_smoothing, p.dpo_loss_type,
+                p.rpo_alpha)
+            if p.algorithm is TrainAlgorithm.DPO
+            else GRPO(self.tokenizer, p.max_length, p.clip_eps, p.kl_coef))
+        self.micro_batch_size = p.micro_batch_size
+        self.max_length = p.max_length
+        self.identity = {"algorithm": str(p.algorithm), "lora_rank": p.lora_rank,
+                         "lora_alpha": p.lora_alpha, "engine": "deepspeed" if p.deepspeed_config
                          else "torch"}
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.bf16 = bf16_supported(device) if bf16 is None else bf16
-        policy, self.reference = load_policy(model_path, lora_rank, lora_alpha, seed, self.bf16,
-                                              activation_checkpointing)
+        self.bf16 = bf16_supported(device.type) if p.bf16 is None else p.bf16
+        policy, self.reference = load_policy(model_path, p.lora_rank, p.lora_alpha, p.seed,
+                                              self.bf16, p.activation_checkpointing)
         params = trainable_parameters(policy)
         self.engine: TrainEngine
-        if deepspeed_config:
-            config = ds_config(deepspeed_config, lr=lr, weight_decay=weight_decay,
-                               max_grad_norm=max_grad_norm, micro_batch_size=micro_batch_size,
-                               grad_accum=grad_accum, bf16=self.bf16)
-            self.engine = DeepSpeedEngine(policy, params, config, warmup_steps,
-                                          frozen_excluded=lora_rank > 0)
+        if p.deepspeed_config:
+            config = ds_config(p.deepspeed_config, lr=p.lr, weight_decay=p.weight_decay,
+                               max_grad_norm=p.max_grad_norm,
+                               micro_batch_size=p.micro_batch_size, grad_accum=p.grad_accum,
+                               bf16=self.bf16)
+            self.engine = DeepSpeedEngine(policy, params, config, p.warmup_steps,
+                                          frozen_excluded=p.lora_rank > 0)
         else:
-            self.engine = TorchEngine(policy, params, lr, weight_decay, warmup_steps,
-                                      max_grad_norm, grad_accum, self.bf16)
+            self.engine = TorchEngine(policy, params, p.lr, p.weight_decay, p.warmup_steps,
+                                      p.max_grad_norm, p.grad_accum, self.bf16)
         if self.reference is not None:
             # Same dtype as the policy's compute (DeepSpeed casts the policy to bf16 itself).
             dtype = next(self.engine.module.parameters()).dtype
             self.reference.to(device=self.engine.device, dtype=dtype)
         self.ranks = self.engine.ranks
-        self.items_per_step = micro_batch_size * grad_accum * self.ranks.world_size
-        self.min_items = max(min_pairs_per_update, self.items_per_step)
+        self.items_per_step = p.micro_batch_size * p.grad_accum * self.ranks.world_size
+        self.min_items = max(p.min_pairs_per_update, self.items_per_step)
         self.policy = CausalLM(self.engine.module, self.engine.forward)
         self.step = 0
         self._buffer: list[Any] = []
@@ -120,6 +117,12 @@ class Learner:
     @property
     def buffered(self) -> int:
         return len(self._buffer)
+
+    def update(self, items: Sequence[Any]) -> dict[str, float] | None:
+        """`dpo_update` or `grpo_update`, whichever algorithm this learner was built for."""
+        if self.algorithm_name is TrainAlgorithm.DPO:
+            return self.dpo_update(items)
+        return self.grpo_update(items)
 
     def dpo_update(self, pairs: Sequence[PreferencePair]) -> dict[str, float] | None:
         """Buffer `pairs`; train when enough are buffered (module docstring). Stats or None."""
@@ -131,7 +134,7 @@ class Learner:
     def _update(self, items: Sequence[Any], algorithm: str, kind: type) -> dict[str, float] | None:
         if algorithm != self.algorithm_name:
             raise ValueError(f"this learner was built for {self.algorithm_name!r}; "
-                             f"{algorithm}_update needs Learner(algorithm={algorithm!r})")
+                             f"{algorithm}_update needs LearnerParams(algorithm={algorithm!r})")
         bad = [type(i).__name__ for i in items if not isinstance(i, kind)]
         if bad:
             raise TypeError(f"{algorithm}_update takes {kind.__name__} items, got {bad[:3]}")
@@ -234,18 +237,6 @@ class Learner:
             else self.engine.module
         base.config.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
-
-
-def _check_args(algorithm: str, lr: float, min_pairs: int, micro_batch_size: int,
-                grad_accum: int) -> None:
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown learner algorithm {algorithm!r}: choose one of {ALGORITHMS}")
-    if lr <= 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
-    for name, value in (("min_pairs_per_update", min_pairs),
-                        ("micro_batch_size", micro_batch_size), ("grad_accum", grad_accum)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def _item_to_dict(item: Any) -> dict[str, Any]:

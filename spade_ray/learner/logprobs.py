@@ -1,15 +1,7 @@
 """Log-probabilities of completions given prompts: what is scored, how it is batched.
 
-What is scored. A solver prompt for a base model ends with the task's signature and the
-candidate program is that signature plus the model's continuation (tasks.prompting's
-`candidate_program`); pairs carry the program. `split_program(prompt, program)` therefore moves
-the signature from the prompt's end to the completion: the context is the prompt up to where
-the signature line starts, the completion is the whole program. Chosen and rejected share that
-context and that signature, so the signature tokens' log-probs are identical for both and cancel
-in every DPO margin; tokenising the context on a line boundary also avoids a token that would
-straddle the prompt / completion split. When the program does not start with a line the prompt
-ends with (chat prompts: the program is a code block taken out of the answer), the whole
-program is scored as a continuation of the whole prompt, an approximation of what was sampled.
+What is scored: (context, completion) texts; for a candidate program, tasks.split_program
+gives them (the signature moves from the prompt's end to the completion).
 
 Batching. Sequences are prompt ids + completion ids (tokenised separately, as TRL does; the
 prompt with the tokenizer's special tokens, the completion without, and no EOS appended: base-
@@ -44,15 +36,6 @@ class TokenBatch:
     def to(self, device: torch.device) -> TokenBatch:
         return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device),
                           self.completion_mask.to(device))
-
-
-def split_program(prompt: str, program: str) -> tuple[str, str]:
-    """(context, completion) to score for a candidate program written after `prompt`."""
-    first_line = program.split("\n", 1)[0]
-    stripped = prompt.rstrip()
-    if first_line.strip() and stripped.endswith(first_line):
-        return stripped[:len(stripped) - len(first_line)], program
-    return prompt, program
 
 
 def encode(tokenizer: Any, context: str, completion: str, max_length: int

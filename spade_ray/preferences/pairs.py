@@ -9,12 +9,15 @@ with margin > 0 only correctness wins of at least that much are, since an effici
 has a value difference of 0.
 
 Also excluded: candidates whose score is a sandbox_error (`needs_rerun`: they say nothing about
-the code; re-run them first), pairs of identical code after whitespace normalisation (no signal
-to learn), and repeats of a (chosen, rejected) text pair already emitted (duplicated samples
-would weigh one comparison several times). Pairs come out in candidate order, deterministically.
+the code, and the sandbox has already re-run them once), pairs of identical code after
+whitespace normalisation (rollout's `normalise`: no signal to learn), and repeats of a
+(chosen, rejected) text pair already emitted (duplicated samples would weigh one comparison
+several times). Pairs come out in candidate order, deterministically.
 
 chosen / rejected are the candidates' code, as the completion of `prompt` (the prompt the solver
-saw). Non-goals: sampling or balancing pairs across tasks, rewards for policy-gradient learners.
+saw). `build_groups` gives a policy-gradient learner the same candidates as one
+CompletionGroup, their score values as rewards. Non-goal: sampling or balancing pairs across
+tasks.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from collections.abc import Sequence
 
 # The evaluator's public API (not its internals): pairs must agree with its ranking exactly.
 from spade_ray.evaluation import compare, needs_rerun
-from spade_ray.records import Candidate, PreferencePair, Score, Task
+from spade_ray.records import Candidate, CompletionGroup, PreferencePair, Score, Task
+from spade_ray.rollout import normalise
+from spade_ray.tasks import split_program
 
 
 def build_pairs(task: Task, prompt: str, candidates: Sequence[Candidate],
@@ -32,7 +37,7 @@ def build_pairs(task: Task, prompt: str, candidates: Sequence[Candidate],
     """The preference pairs of one task; `scores[i]` is the score of `candidates[i]`."""
     _validate(task, candidates, scores, margin)
     usable = [(c, s) for c, s in zip(candidates, scores) if not needs_rerun(s)]
-    normalised = [_normalise(c.code) for c, _ in usable]
+    normalised = [normalise(c.code) for c, _ in usable]
     seen: set[tuple[str, str]] = set()
     pairs = []
     for i, (chosen, chosen_score) in enumerate(usable):
@@ -55,6 +60,19 @@ def build_pairs(task: Task, prompt: str, candidates: Sequence[Candidate],
     return pairs
 
 
+def build_groups(task: Task, prompt: str, candidates: Sequence[Candidate],
+                 scores: Sequence[Score]) -> list[CompletionGroup]:
+    """The task's GRPO group (none when fewer than two candidates have a verdict): the
+    programs as completions of `prompt`'s context (tasks.split_program), the values as rewards."""
+    _validate(task, candidates, scores, 0.0)
+    usable = [(c, s) for c, s in zip(candidates, scores) if not needs_rerun(s)]
+    if len(usable) < 2:
+        return []
+    context, _ = split_program(prompt, usable[0][0].code)
+    return [CompletionGroup(prompt=context, completions=tuple(c.code for c, _ in usable),
+                            rewards=tuple(s.value for _, s in usable), task_id=task.task_id)]
+
+
 def _validate(task: Task, candidates: Sequence[Candidate], scores: Sequence[Score],
               margin: float) -> None:
     if len(candidates) != len(scores):
@@ -73,8 +91,3 @@ def _validate(task: Task, candidates: Sequence[Candidate], scores: Sequence[Scor
         # One PreferencePair has one solver_version: mixing weights in a task is an upstream bug.
         raise ValueError(f"candidates of task {task.task_id} come from several solver versions "
                          f"{versions}: build pairs per version")
-
-
-def _normalise(code: str) -> str:
-    """Whitespace-insensitive identity: runs of whitespace collapse, ends are stripped."""
-    return " ".join(code.split())

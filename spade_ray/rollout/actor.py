@@ -25,9 +25,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, RayActorError
 
 from spade_ray.records import Completion, SamplingParams
-from spade_ray.rollout.backend import EngineDead, ModelBackend, RolloutError
-
-BACKENDS = ("hf", "vllm", "openai")
+from spade_ray.rollout.backend import BACKENDS, EngineDead, ModelBackend, RolloutError
 
 
 def make_backend(backend: str, model: str, **kwargs: Any) -> ModelBackend:

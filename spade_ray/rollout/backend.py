@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from spade_ray.records import Completion, SamplingParams
 
+BACKENDS = ("hf", "vllm", "openai")  # what rollout.actor.make_backend builds
 
 class RolloutError(RuntimeError):
     """Base of the rollout errors below."""

@@ -20,25 +20,19 @@ from spade_ray.rollout.backend import (
     check_version,
     cut_at_stop,
 )
+from spade_ray.rollout.dtypes import bf16_supported
 
 
 def pick_dtype(name: str) -> torch.dtype:
     if name == "auto":  # bf16 where the CPU/GPU runs it natively, else fp32
-        return torch.bfloat16 if torch.cuda.is_available() or _cpu_has_bf16() else torch.float32
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return torch.bfloat16 if bf16_supported(device) else torch.float32
     try:
         return {"bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float32": torch.float32}[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}: use auto, bfloat16, float16 or float32") \
             from None
-
-
-def _cpu_has_bf16() -> bool:
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags or "avx512f" in flags
 
 
 class HFBackend:

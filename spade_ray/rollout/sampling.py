@@ -2,9 +2,9 @@
 
 Duplicates among a prompt's candidates waste sandbox time and give DPO no signal, so after each
 call the duplicates (by normalised text) are dropped and re-sampled, up to `resample_rounds`
-extra calls; the duplicate rate is reported either way. A `TokenMeter` counts prompt and
-completion tokens per role and refuses calls once a cap is reached, so a round can be capped in
-cost.
+extra calls; what was sampled is counted either way (RoundMetrics.candidate_diversity). A
+`TokenMeter` counts prompt and completion tokens per role and refuses calls once a cap is
+reached, so a round can be capped in cost.
 """
 
 from __future__ import annotations
@@ -63,10 +63,6 @@ class DistinctSample:
     sampled: int  # completions generated, re-samples included
     duplicates: int  # of those, how many repeated an earlier one of the same prompt
     lost: int  # prompt requests lost with a dead engine (re-issued while rounds remained)
-
-    @property
-    def duplicate_rate(self) -> float:
-        return self.duplicates / self.sampled if self.sampled else 0.0
 
 
 def sample_distinct(generate: Generate, prompts: Sequence[str], sampling: SamplingParams,

@@ -23,7 +23,7 @@ import hashlib
 import json
 import re
 
-from spade_ray.records import Limits, Task, TestSuite
+from spade_ray.records import Limits, Task, TaskFamily, TaskSource, TestSuite
 
 SECTIONS = ("Description", "Signature", "Tests", "Buggy", "Reference")
 REQUIRED = tuple(s for s in SECTIONS if s != "Buggy")  # Buggy: repair tasks only
@@ -40,7 +40,8 @@ class TaskFormatError(ValueError):
         self.reason = reason
 
 
-def parse_task(text: str, topic: str, limits: Limits = Limits(), source: str = "generated",
+def parse_task(text: str, topic: str, limits: Limits = Limits(),
+               source: TaskSource = TaskSource.GENERATED,
                generator_version: int = -1) -> Task:
     sections = _sections(text)
     missing = [s for s in REQUIRED if not sections.get(s, "").strip()]
@@ -62,7 +63,7 @@ def parse_task(text: str, topic: str, limits: Limits = Limits(), source: str = "
     except ValueError as e:
         raise TaskFormatError("test_syntax", str(e)) from e
     description = " ".join(sections["Description"].split())
-    family = "repair" if buggy is not None else "codegen"
+    family = TaskFamily.REPAIR if buggy is not None else TaskFamily.CODEGEN
     return Task(task_id=task_id(description, signature, tests, reference, buggy),
                 family=family, topic=topic, description=description, entry_point=entry_point,
                 signature=signature, tests=suite, reference=reference, buggy=buggy,

@@ -1,21 +1,18 @@
 """Prompts for the two roles, and turning their completions back into tasks and programs.
 
 Templates live in conf/prompts/ (templates.py renders them); this module decides what goes
-into them: which topic, which few-shot examples, how a repair task shows its buggy program, and
-which part of a completion is the candidate program.
+into them: which topic, which few-shot examples, how a repair task shows its buggy program
+(programs.py turns a completion into the candidate program).
 """
 
 from __future__ import annotations
 
 import math
 import random
-import re
 
 from spade_ray.records import Task
 from spade_ray.tasks.format import render_task
 from spade_ray.tasks.templates import PromptTemplate, render
-
-_CODE_BLOCK = re.compile(r"```(?:python)?\n(.*?)(?:```|$)", re.DOTALL)
 
 
 def topic_schedule(topics: list[str], count: int, round_index: int) -> list[str]:
@@ -48,20 +45,6 @@ def solver_prompt(template: PromptTemplate, task: Task, examples: list[Task], sh
              for t in chosen]
     return render(template, shown, tokenizer, description=_shown_description(task),
                   signature=task.signature)
-
-
-def candidate_program(task: Task, completion: str, chat: bool) -> str:
-    """The program to check: a chat answer's code block, or the signature the base-model
-    prompt ended with plus the body the model continued with."""
-    if chat:
-        match = _CODE_BLOCK.search(completion)
-        code = (match.group(1) if match else completion).strip("\n") + "\n"
-    else:
-        code = f"{task.signature}{completion}".rstrip() + "\n"
-    # What the model wrote is run as it is, even when it cannot run: a NUL byte (which the
-    # sandbox refuses as input) becomes U+FFFD, a syntax error the candidate is scored on.
-    code = code.replace("\x00", "\ufffd")
-    return code if code.strip() else "# the model wrote no code\n"
 
 
 def _shown_description(task: Task) -> str:

@@ -12,7 +12,7 @@ Guarantees
 - `complete_round` is the commit point of a round. Resume:
       last = store.last_completed_round()
       start = 0 if last is None else last + 1
-      state = store.round_state(last) if last is not None else {}
+      state = store.round_state(last) if last is not None else RoundState()
       store.discard_incomplete(start)   # rows a killed attempt of `start` left behind
   Rows of an unfinished round are deleted rather than kept: a re-run samples new tasks and
   candidates, so keeping the killed attempt's rows would count them twice in that round.
@@ -52,6 +52,7 @@ from spade_ray.records import (
     Completion,
     PreferencePair,
     RoundMetrics,
+    RoundState,
     Score,
     Task,
     from_dict,
@@ -186,13 +187,13 @@ class TraceStore:
         return self._insert("pairs", round, versions,
                             (schema.record_to_row("pairs", p) for p in pairs))
 
-    def complete_round(self, round: int, metrics: RoundMetrics, state: dict[str, Any]) -> None:
+    def complete_round(self, round: int, metrics: RoundMetrics, state: RoundState) -> None:
         """Mark `round` done (the resume point). Re-completing with equal data is a no-op."""
         if metrics.round != round or metrics.run_id != self.run_id:
             raise ValueError(f"metrics are for run {metrics.run_id!r} round {metrics.round}, "
                              f"not run {self.run_id!r} round {round}")
         row = {"metrics": json.dumps(to_dict(metrics), sort_keys=True),
-               "state": json.dumps(state, sort_keys=True)}
+               "state": json.dumps(to_dict(state), sort_keys=True)}
         existing = self._read("SELECT metrics, state FROM rounds WHERE run_id=? AND round=?",
                               (self.run_id, round))
         if existing:
@@ -276,13 +277,13 @@ class TraceStore:
     def last_completed_round(self) -> int | None:
         return self._read("SELECT MAX(round) FROM rounds WHERE run_id=?", (self.run_id,))[0][0]
 
-    def round_state(self, round: int) -> dict[str, Any]:
+    def round_state(self, round: int) -> RoundState:
         rows = self._read("SELECT state FROM rounds WHERE run_id=? AND round=?",
                           (self.run_id, round))
         if not rows:
             raise KeyError(f"round {round} of run {self.run_id!r} never completed; "
                            f"last completed: {self.last_completed_round()}")
-        return json.loads(rows[0]["state"])
+        return from_dict(RoundState, json.loads(rows[0]["state"]))
 
     def round_metrics(self) -> list[RoundMetrics]:
         """Metrics of every completed round, in order (e.g. to rebuild plots on resume)."""

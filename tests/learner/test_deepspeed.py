@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spade_ray.learner import Learner
+from spade_ray.learner import Learner, LearnerParams
 from tests.learner.conftest import FAST
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")
@@ -15,7 +15,8 @@ STEPS = 3
 
 
 def run(tiny_model, pairs, steps, **overrides):
-    learner = Learner(tiny_model, **{**FAST, "deepspeed_config": CONFIG, **overrides})
+    learner = Learner(tiny_model,
+                      LearnerParams(**{**FAST, "deepspeed_config": CONFIG, **overrides}))
     return learner, [learner.dpo_update(pairs) for _ in range(steps)]
 
 
@@ -34,7 +35,7 @@ def test_deepspeed_dpo_steps_raise_the_margin_and_lower_the_loss(deepspeed_histo
 
 def test_deepspeed_and_torch_engines_do_the_same_arithmetic(tiny_model, pairs,
                                                             deepspeed_history):
-    plain = Learner(tiny_model, **{**FAST, "warmup_steps": 2})
+    plain = Learner(tiny_model, LearnerParams(**{**FAST, "warmup_steps": 2}))
     history = [plain.dpo_update(pairs) for _ in range(STEPS)]
     for ours, theirs in zip(history, deepspeed_history):
         assert ours["lr"] == theirs["lr"]
@@ -45,7 +46,8 @@ def test_deepspeed_resume_gives_the_same_next_step_loss(tiny_model, pairs, tmp_p
                                                         deepspeed_history):
     first, _ = run(tiny_model, pairs, STEPS - 1, warmup_steps=2)
     first.save_checkpoint(tmp_path / "ckpt")
-    resumed = Learner(tiny_model, **{**FAST, "deepspeed_config": CONFIG, "warmup_steps": 2})
+    resumed = Learner(tiny_model, LearnerParams(**{**FAST, "deepspeed_config": CONFIG,
+                                                   "warmup_steps": 2}))
     resumed.load_checkpoint(tmp_path / "ckpt")
     after = resumed.dpo_update(pairs)
     assert after["step"] == STEPS and after["lr"] == deepspeed_history[-1]["lr"]

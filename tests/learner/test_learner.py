@@ -4,14 +4,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from spade_ray.learner import CompletionGroup, Learner
+from spade_ray.learner import CompletionGroup, Learner, LearnerParams
 from tests.learner.conftest import FAST
 
 STEPS = 4
 
 
 def dpo_run(tiny_model, pairs, steps=STEPS, **overrides):
-    learner = Learner(tiny_model, **{**FAST, **overrides})
+    learner = Learner(tiny_model, LearnerParams(**{**FAST, **overrides}))
     return learner, [learner.dpo_update(pairs) for _ in range(steps)]
 
 
@@ -37,7 +37,7 @@ def test_activation_checkpointing_changes_memory_not_the_arithmetic(tiny_model, 
 
 
 def test_updates_wait_for_min_pairs_and_keep_the_remainder(tiny_model, pairs):
-    learner = Learner(tiny_model, **{**FAST, "min_pairs_per_update": 6})
+    learner = Learner(tiny_model, LearnerParams(**{**FAST, "min_pairs_per_update": 6}))
     assert learner.dpo_update(pairs[:3]) is None
     assert learner.dpo_update(pairs[:2]) is None and learner.step == 0
     stats = learner.dpo_update(pairs[:3])  # 8 buffered: two steps of 4 pairs
@@ -81,7 +81,7 @@ def test_resume_gives_the_same_next_step_loss(tiny_model, pairs, tmp_path):
     _, straight = dpo_run(tiny_model, pairs + pairs[:1], steps=3, warmup_steps=3)
     first, _ = dpo_run(tiny_model, pairs + pairs[:1], steps=2, warmup_steps=3)
     first.save_checkpoint(tmp_path / "ckpt")
-    resumed = Learner(tiny_model, **{**FAST, "warmup_steps": 3})
+    resumed = Learner(tiny_model, LearnerParams(**{**FAST, "warmup_steps": 3}))
     resumed.load_checkpoint(tmp_path / "ckpt")
     assert (resumed.step, resumed.buffered) == (2, 2)
     after = resumed.dpo_update(pairs + pairs[:1])
@@ -94,20 +94,21 @@ def test_a_checkpoint_of_another_setup_is_refused(tiny_model, pairs, tmp_path):
     learner, _ = dpo_run(tiny_model, pairs, steps=1)
     learner.save_checkpoint(tmp_path / "ckpt")
     with pytest.raises(ValueError, match="lora_rank"):
-        Learner(tiny_model, **{**FAST, "lora_rank": 8}).load_checkpoint(tmp_path / "ckpt")
+        Learner(tiny_model, LearnerParams(**{**FAST, "lora_rank": 8})).load_checkpoint(
+            tmp_path / "ckpt")
 
 
 def test_several_ranks_without_deepspeed_are_refused(tiny_model, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match="WORLD_SIZE=2: more than one learner rank needs "
                                          "deepspeed_config"):
-        Learner(tiny_model, **FAST)
+        Learner(tiny_model, LearnerParams(**FAST))
 
 
 def test_grpo_update_runs_and_moves_the_policy(tiny_model):
     groups = [CompletionGroup(f"Add {i} to x:\n", ("return x + 1", "return x", "pass"),
                               (1.0, 0.5, 0.0), f"t{i}") for i in range(4)]
-    learner = Learner(tiny_model, **{**FAST, "algorithm": "grpo"})
+    learner = Learner(tiny_model, LearnerParams(**{**FAST, "algorithm": "grpo"}))
     before = learner.policy_state_dict()
     stats = learner.grpo_update(groups)
     after = learner.policy_state_dict()
@@ -116,7 +117,7 @@ def test_grpo_update_runs_and_moves_the_policy(tiny_model):
 
 
 def test_mean_token_logp_is_the_per_token_mean_over_all_texts(tiny_model, pairs):
-    learner = Learner(tiny_model, **FAST)
+    learner = Learner(tiny_model, LearnerParams(**FAST))
     texts = [(p.prompt, p.chosen) for p in pairs] + [("", "def f():\n    return 1\n")]
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
@@ -140,7 +141,7 @@ def test_mean_token_logp_is_the_per_token_mean_over_all_texts(tiny_model, pairs)
 
 
 def test_dpo_widens_the_chosen_over_rejected_mean_token_logp_gap(tiny_model, pairs):
-    learner = Learner(tiny_model, **FAST)
+    learner = Learner(tiny_model, LearnerParams(**FAST))
     chosen, rejected = ([(p.prompt, getattr(p, side)) for p in pairs]
                         for side in ("chosen", "rejected"))
     before = learner.mean_token_logp(chosen), learner.mean_token_logp(rejected)
@@ -151,15 +152,23 @@ def test_dpo_widens_the_chosen_over_rejected_mean_token_logp_gap(tiny_model, pai
 
 
 def test_rpo_adds_the_chosen_nll_and_holds_the_chosen_likelihood_up(tiny_model, pairs):
-    from spade_ray.learner.logprobs import split_program
+    from spade_ray.tasks import split_program
 
     chosen = [split_program(p.prompt, p.chosen) for p in pairs]
     rpo, history = dpo_run(tiny_model, pairs, rpo_alpha=1.0)
-    nll = -Learner(tiny_model, **FAST).mean_token_logp(chosen)  # step 0: policy == base
+    # step 0: policy == base
+    nll = -Learner(tiny_model, LearnerParams(**FAST)).mean_token_logp(chosen)
     # equal-length chosen programs: the micro-batches' pooled NLLs average to the batch's
     assert history[0]["dpo_loss"] == pytest.approx(0.6931, abs=1e-4)
     assert history[0]["loss"] == pytest.approx(0.6931 + nll, abs=1e-3)
     plain, _ = dpo_run(tiny_model, pairs)
     assert rpo.mean_token_logp(chosen) > plain.mean_token_logp(chosen) + 0.05
     with pytest.raises(ValueError, match="rpo_alpha"):
-        Learner(tiny_model, **FAST, rpo_alpha=-1.0)
+        Learner(tiny_model, LearnerParams(**FAST, rpo_alpha=-1.0))
+
+
+def test_the_learner_picks_the_dtype_the_rollout_engines_pick(tiny_model):
+    from spade_ray.rollout.hf_backend import pick_dtype
+
+    learner = Learner(tiny_model, LearnerParams(**{**FAST, "bf16": None}))
+    assert learner.bf16 == (pick_dtype("auto") is torch.bfloat16)

@@ -9,8 +9,8 @@ from spade_ray.learner.logprobs import (
     collate,
     encode,
     sequence_logps,
-    split_program,
 )
+from spade_ray.tasks import split_program
 
 
 def test_the_signature_moves_from_the_prompt_to_the_completion():

@@ -31,12 +31,16 @@ def test_duplicates_are_resampled_until_distinct():
     ])
     result = sample_distinct(generate, ["p0", "p1"], SamplingParams(n=3), TokenMeter("solver"))
     assert [[c.text for c in g] for g in result.completions] == [["a", "b", "c"], ["x", "y", "z"]]
+    assert params[1].n == 1  # the re-sample asks only for what is missing
+
+
+def test_sampled_and_duplicates_count_every_completion_generated():
+    generate, _ = scripted([[["a", "a ", "b"], ["x", "y", "z"]], [["c"]]])
+    result = sample_distinct(generate, ["p0", "p1"], SamplingParams(n=3), TokenMeter("solver"))
     assert (result.sampled, result.duplicates) == (7, 1)
-    assert result.duplicate_rate == pytest.approx(1 / 7)
-    assert params[1].n == 1
 
 
-def test_resampling_stops_at_the_budget_and_reports_the_rate():
+def test_resampling_stops_after_its_rounds():
     generate, _ = scripted(itertools.repeat([["same", "same"]]))
     result = sample_distinct(generate, ["p"], SamplingParams(n=2), TokenMeter("solver"),
                              resample_rounds=2)

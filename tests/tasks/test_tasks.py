@@ -7,9 +7,9 @@ import pytest
 
 from spade_ray.execution import Sandbox
 from spade_ray.records import Limits, TestSuite
+from spade_ray.tasks import candidate_program
 from spade_ray.tasks.format import TaskFormatError, parse_task, render_task
 from spade_ray.tasks.prompting import (
-    candidate_program,
     generator_prompt,
     solver_prompt,
     topic_schedule,

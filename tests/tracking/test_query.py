@@ -3,6 +3,7 @@ import sqlite3
 
 import pytest
 
+from spade_ray.records import RoundState
 from spade_ray.tracking import TraceStore, Versions, query
 from spade_ray.tracking.schema import TABLES
 from tests.tracking import factories as f
@@ -20,7 +21,7 @@ def db(tmp_path):
         s.record_scores(0, [f.score("t0/0", passed=True), f.score("t0/1", passed=False)], V)
         s.record_executions(0, [("t0/0", "t0", f.check())], V)
         s.record_pairs(0, [f.pair()], V)
-        s.complete_round(0, f.metrics(0), {})
+        s.complete_round(0, f.metrics(0), RoundState())
         s.record_task(1, f.task(2), True, "", V)  # round 1 never completes
     return path
 

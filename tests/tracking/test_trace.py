@@ -1,3 +1,4 @@
+import dataclasses
 import os
 import signal
 import sqlite3
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from spade_ray.records import RoundState
 from spade_ray.tracking import TracedTask, TraceStore, Versions
 from tests.tracking import factories as f
 
@@ -49,6 +51,15 @@ def test_execution_reads_back_equal(store):
     assert store.executions(0) == {"t0/0": f.check(stdout="x\ny", passed=False)}
 
 
+def test_grader_suspicion_and_rerun_count_read_back_equal(store):
+    check = f.check(passed=False)
+    check = dataclasses.replace(
+        check, suspicion="opened the grader's pipe",
+        execution=dataclasses.replace(check.execution, attempts=2))
+    store.record_execution(0, "t0/0", "t0", check, V)
+    assert store.executions(0) == {"t0/0": check}
+
+
 def test_score_reads_back_equal(store):
     store.record_score(0, f.score(passed=False), V)
     assert store.scores(0) == [f.score(passed=False)]
@@ -80,16 +91,17 @@ def test_re_recording_the_same_items_adds_no_rows(store):
 
 
 def test_complete_round_sets_the_resume_point(store):
-    store.complete_round(0, f.metrics(0), {"solver_version": 0})
-    store.complete_round(1, f.metrics(1), {"solver_version": 1})
-    assert (store.last_completed_round(), store.round_state(1)) == (1, {"solver_version": 1})
+    store.complete_round(0, f.metrics(0), RoundState(weights_version=0))
+    store.complete_round(1, f.metrics(1), RoundState(weights_version=1))
+    assert (store.last_completed_round(), store.round_state(1)) == (
+        1, RoundState(weights_version=1))
 
 
 def test_completing_a_round_again_with_other_metrics_is_refused(store):
-    store.complete_round(0, f.metrics(0), {})
-    store.complete_round(0, f.metrics(0), {})  # same data: a no-op
+    store.complete_round(0, f.metrics(0), RoundState())
+    store.complete_round(0, f.metrics(0), RoundState())  # same data: a no-op
     with pytest.raises(ValueError, match="already completed"):
-        store.complete_round(0, f.metrics(0, pass_at_1=0.5), {})
+        store.complete_round(0, f.metrics(0, pass_at_1=0.5), RoundState())
 
 
 def test_round_state_of_an_unfinished_round_names_it(store):
@@ -100,13 +112,13 @@ def test_round_state_of_an_unfinished_round_names_it(store):
 def test_discard_incomplete_keeps_completed_rounds(store):
     for r in (0, 1):
         store.record_candidates(r, [f.candidate("t0", 0), f.candidate("t0", 1)], V)
-    store.complete_round(0, f.metrics(0), {})
+    store.complete_round(0, f.metrics(0), RoundState())
     assert store.discard_incomplete(1) == 2
     assert (store.count("candidates", 0), store.count("candidates", 1)) == (2, 0)
 
 
 def test_discard_refuses_a_completed_round(store):
-    store.complete_round(0, f.metrics(0), {})
+    store.complete_round(0, f.metrics(0), RoundState())
     with pytest.raises(ValueError, match="round 0 .* is completed"):
         store.discard_incomplete(0)
 
@@ -114,7 +126,7 @@ def test_discard_refuses_a_completed_round(store):
 def test_rows_of_other_runs_are_invisible(tmp_path):
     with TraceStore(tmp_path / "t.db", "a") as a, TraceStore(tmp_path / "t.db", "b") as b:
         a.record_candidate(0, f.candidate(), V)
-        a.complete_round(0, f.metrics(0, run_id="a"), {})
+        a.complete_round(0, f.metrics(0, run_id="a"), RoundState())
         assert (b.candidates(), b.last_completed_round()) == ([], None)
 
 
@@ -138,7 +150,7 @@ def _fill_rounds(store, rounds, stdout_chars=900, n=50):
         items = [(f"t{r}/{i}", f"t{r}", f.check(stdout=f"{r}" * stdout_chars)) for i in range(n)]
         store.record_executions(r, items, V)
         store.record_scores(r, [f.score(cid) for cid, _, _ in items], V)
-        store.complete_round(r, f.metrics(r), {})
+        store.complete_round(r, f.metrics(r), RoundState())
 
 
 def test_prune_empties_texts_of_old_rounds_only(store):
@@ -181,6 +193,7 @@ def test_schema_of_another_version_is_refused(tmp_path):
 # killed attempt left behind would show up as extra rows in a round.
 CHILD = """
 import os, sys
+from spade_ray.records import RoundState
 from spade_ray.tracking import TraceStore, Versions
 from tests.tracking import factories as f
 store = TraceStore(sys.argv[1], "run")
@@ -192,7 +205,7 @@ while True:
         items = [(f"t{r}/{os.getpid()}-{b}-{i}", f"t{r}", f.check(stdout="z" * 10_000))
                  for i in range(100)]
         store.record_executions(r, items, Versions(r, r))
-    store.complete_round(r, f.metrics(r), {"next": r + 1})
+    store.complete_round(r, f.metrics(r), RoundState(replay_cursor=r + 1))
     print(r, flush=True)
     r += 1
 """
@@ -226,7 +239,7 @@ def test_sigkill_mid_write_leaves_completed_rounds_intact(tmp_path):
         assert s._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         last = s.last_completed_round()
         assert last == 2 or last == 3  # killed after round 2, maybe just after round 3
-        assert s.round_state(last) == {"next": last + 1}
+        assert s.round_state(last) == RoundState(replay_cursor=last + 1)
         assert [s.count("executions", r) for r in range(last + 1)] == [400] * (last + 1)
         assert s.count("executions", last + 1) % 100 == 0  # a transaction is all or nothing
 

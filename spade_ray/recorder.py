@@ -1,0 +1,214 @@
+"""`Recorder`: everything a round writes down, in one place: the trace, the tally, the metrics.
+
+Stages return values; the loop hands each to the round's `RoundRecord`, which writes its rows to
+the trace store (stamped with the round and the weights versions that served it), appends the
+round's pairs to pairs/round_NNN.jsonl (crash-safe, as they are built) and adds its figures to
+the round's tally, from which `metrics()` makes the RoundMetrics. `Recorder.complete` marks the
+round done (trace + resume state in one transaction), logs its metrics and prints its line.
+
+Resume: a round's rows count only once the round is completed (TraceStore.complete_round holds
+the RoundState); rows of a round that was killed are discarded and the round runs again.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from spade_ray.preferences import append_jsonl, read_jsonl, save_dataset
+from spade_ray.records import (
+    CheckResult,
+    CompletionGroup,
+    ExecStatus,
+    LearnOutcome,
+    PreferencePair,
+    RoundMetrics,
+    RoundState,
+    Task,
+)
+from spade_ray.rollout.sampling import TokenMeter
+from spade_ray.stages import CapReached, GeneratedChunk, Scored, Solutions
+from spade_ray.tracking import MetricsSink, TraceStore, Versions
+
+
+class Recorder:
+    """The run's trace store, metrics sink and pairs directory."""
+
+    def __init__(self, run_id: str, run_dir: Path, store: TraceStore, sink: MetricsSink) -> None:
+        self.run_id, self.run_dir, self.store, self.sink = run_id, run_dir, store, sink
+
+    def resume(self, rounds: int) -> tuple[int, RoundState | None]:
+        """The first round still to run and the state the last completed one left (None for a
+        new run). Rows of an unfinished round are discarded; completed rounds' metrics are
+        logged again (a kill between the trace and the metrics file loses nothing; logging a
+        round twice is a no-op)."""
+        last = self.store.last_completed_round()
+        start = 0 if last is None else last + 1
+        if start < rounds:
+            dropped = self.store.discard_incomplete(start)
+            if dropped:
+                print(f"resume: discarded {dropped} rows of unfinished round {start}", flush=True)
+        if last is None:
+            return start, None
+        print(f"resume: rounds 0..{last} already completed in {self.run_dir}", flush=True)
+        for metrics in self.store.round_metrics():
+            self.sink.log(metrics)
+        return start, self.store.round_state(last)
+
+    def start_round(self, index: int, versions: Versions) -> RoundRecord:
+        return RoundRecord(self, index, versions)
+
+    def complete(self, metrics: RoundMetrics, state: RoundState) -> None:
+        self.store.complete_round(metrics.round, metrics, state)
+        self.sink.log(metrics)
+        print(round_line(metrics), flush=True)
+
+    def all_metrics(self) -> list[RoundMetrics]:
+        return self.store.round_metrics()
+
+
+@dataclasses.dataclass
+class RoundRecord:
+    """One round's writes and its running tally."""
+
+    recorder: Recorder
+    index: int
+    versions: Versions  # the weights that served the round (an update comes after)
+    proposed: int = 0
+    new_tasks: list[Task] = dataclasses.field(default_factory=list)
+    rejections: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    new_task_candidates: int = 0
+    new_task_passed: int = 0
+    pass_rates: list[float] = dataclasses.field(default_factory=list)
+    pairs: list[PreferencePair] = dataclasses.field(default_factory=list)
+    groups: list[CompletionGroup] = dataclasses.field(default_factory=list)
+    sampled: int = 0
+    distinct: int = 0
+    sandbox_cpu_s: float = 0.0
+    sandbox_reruns: int = 0
+    sandbox_errors: int = 0
+    hack_suspects: int = 0
+    stage_s: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+    def generated(self, chunk: GeneratedChunk) -> None:
+        store = self.recorder.store
+        # Numbered after the round's inputs recorded so far (a killed round's rows were
+        # discarded before it re-ran, so the numbers repeat exactly).
+        for i, item in enumerate(chunk.inputs, start=self.proposed):
+            store.record_generator_input(self.index, dataclasses.replace(item, index=i),
+                                         self.versions)
+        for verdict in chunk.verdicts:
+            store.record_task(self.index, verdict.task, verdict.valid, verdict.reason,
+                              self.versions)
+        self.timed("generate", chunk.generate_s)
+        self.timed("validate_tasks", chunk.validate_s)
+        self.sandbox_cpu_s += sum(v.reference_cpu_s for v in chunk.verdicts)
+        self.proposed += len(chunk.inputs)
+        self.rejections.update(chunk.unparsed)
+        self.rejections.update(v.reason for v in chunk.verdicts if not v.valid)
+        self.new_tasks += chunk.valid_tasks
+
+    def solved(self, solutions: Solutions, checks: Sequence[CheckResult], scored: Scored,
+               generated: bool) -> None:
+        """A batch's candidates, executions, scores and pairs; `generated`: its tasks are this
+        round's new ones (not replayed seeds or archive)."""
+        store, v = self.recorder.store, self.versions
+        candidates = solutions.candidates
+        store.record_candidates(self.index, candidates, v)
+        store.record_executions(self.index, [(c.candidate_id, c.task_id, r)
+                                             for c, r in zip(candidates, checks)], v)
+        store.record_scores(self.index, scored.scores, v)
+        store.record_pairs(self.index, scored.pairs, v)
+        append_jsonl(self.pairs_file, scored.pairs)
+        self.timed("solve", solutions.solve_s)
+        self.sampled += solutions.sampled
+        self.distinct += len(candidates)
+        self.sandbox_cpu_s += sum(c.execution.cpu_s for c in checks)
+        self.sandbox_reruns += sum(c.execution.attempts > 1 for c in checks)
+        self.sandbox_errors += sum(c.execution.status is ExecStatus.SANDBOX_ERROR for c in checks)
+        self.hack_suspects += sum(bool(c.suspicion) for c in checks)
+        self.pass_rates += scored.pass_rates
+        if generated:
+            self.new_task_candidates += scored.rated
+            self.new_task_passed += scored.passed
+        self.pairs += scored.pairs
+        self.groups += scored.groups
+
+    def generation_failed(self, topics: Sequence[str], error: Exception) -> None:
+        """A chunk's generation failed (or was refused by a cap): its topics got no tasks."""
+        if isinstance(error, CapReached):
+            self.cap_reached(str(error))
+            return
+        self.rejections["generator_failed"] += len(topics)
+        print(f"round {self.index}: generation failed for {list(topics)}: "
+              f"{type(error).__name__}: {error}", flush=True)
+
+    def failed(self, stage: str, error: Exception) -> None:
+        """A stage call failed; the round goes on without its output."""
+        self.rejections[f"stage_failed:{stage}:{type(error).__name__}"] += 1
+        print(f"round {self.index}: {stage} failed: {error!r}", flush=True)
+
+    def cap_reached(self, reason: str) -> None:
+        print(f"round {self.index}: cap reached: {reason}", flush=True)
+
+    def timed(self, stage: str, seconds: float) -> None:
+        self.stage_s[stage] += seconds
+
+    @property
+    def pairs_file(self) -> Path:
+        return self.recorder.run_dir / "pairs" / f"round_{self.index:03d}.jsonl"
+
+    def export_pairs(self) -> Path:
+        """The round's pairs as a `datasets` dataset TRL's DPOTrainer loads (pairs/round_N/)."""
+        path = self.pairs_file
+        return save_dataset(read_jsonl(path) if path.exists() else [],
+                            self.recorder.run_dir / "pairs" / f"round_{self.index:03d}")
+
+    def metrics(self, validation_pass_at_1: float | None, validation_problems: int,
+                outcome: LearnOutcome | None, meters: dict[str, TokenMeter], wall_s: float
+                ) -> RoundMetrics:
+        rates = self.pass_rates
+        learned = {} if outcome is None else dataclasses.asdict(outcome)
+        return RoundMetrics(
+            run_id=self.recorder.run_id, round=self.index,
+            generator_version=self.versions.generator, solver_version=self.versions.solver,
+            validation_pass_at_1=validation_pass_at_1,
+            validation_problems=validation_problems if validation_pass_at_1 is not None else 0,
+            tasks_proposed=self.proposed, tasks_valid=len(self.new_tasks),
+            rejection_reasons=tuple(self.rejections.most_common()),
+            new_task_pass_rate=(self.new_task_passed / self.new_task_candidates
+                                if self.new_task_candidates else 0.0),
+            new_task_candidates=self.new_task_candidates,
+            mean_difficulty=1 - sum(rates) / len(rates) if rates else 0.0,
+            pairs=len(self.pairs),
+            candidate_diversity=self.distinct / self.sampled if self.sampled else 0.0,
+            tokens_generator=meters["generator"].total, tokens_solver=meters["solver"].total,
+            sandbox_cpu_s=round(self.sandbox_cpu_s, 3),
+            sandbox_reruns=self.sandbox_reruns, sandbox_errors=self.sandbox_errors,
+            hack_suspects=self.hack_suspects,
+            stage_s=tuple((k, round(v, 3)) for k, v in sorted(self.stage_s.items())),
+            wall_s=round(wall_s, 3), **learned)
+
+
+def round_line(m: RoundMetrics) -> str:
+    val = "n/a" if m.validation_pass_at_1 is None else f"{m.validation_pass_at_1:.3f}"
+    reasons = ", ".join(f"{r}={n}" for r, n in m.rejection_reasons[:3]) or "-"
+    sandbox = (f"sandbox {m.sandbox_cpu_s:.1f} cpu-s, {m.sandbox_reruns} re-run, "
+               f"{m.sandbox_errors} errors, {m.hack_suspects} hack suspects")
+    return (f"round {m.round}: val pass@1 {val} ({m.validation_problems} problems) | tasks "
+            f"{m.tasks_valid}/{m.tasks_proposed} valid (rejected: {reasons}) | new-task pass "
+            f"{m.new_task_pass_rate:.2f} | difficulty {m.mean_difficulty:.2f} | pairs {m.pairs}"
+            f" | diversity {m.candidate_diversity:.2f} | tokens {m.tokens_generator}+"
+            f"{m.tokens_solver} | {sandbox} | {m.wall_s:.0f} s" + _update_part(m))
+
+
+def _update_part(m: RoundMetrics) -> str:
+    if m.update == "none":
+        return ""
+    return (f" | update {m.update} (step {m.learner_step}"
+            + ("" if m.learner_loss is None else f", loss {m.learner_loss:.4f}")
+            + ("" if m.gate_heldout_logp is None
+               else f", held-out logp {m.gate_heldout_logp:.4f}")
+            + (f", by {'+'.join(m.rejected_by)}" if m.rejected_by else "") + ")")
