@@ -167,14 +167,25 @@ def _must_compile(source: str, where: str) -> None:
         raise ValueError(f"test {where} is not valid Python: {e.msg} (line {e.lineno})") from e
 
 
+class Verdict(enum.StrEnum):
+    """One test's result, from the grader."""
+
+    PASSED = "passed"
+    FAILED = "failed"  # an assertion failed (or an example's result differed)
+    ERROR = "error"  # the test raised something else (the candidate's exception, a bad reply)
+
+
 @dataclasses.dataclass(frozen=True)
 class TestOutcome:
     __test__ = False
 
-    name: str  # "assert[3]" or "check"
-    outcome: str  # "passed" | "failed" | "error"
+    name: str  # "assert[3]", "check" or "example[0]"
+    outcome: Verdict
     message: str
     wall_s: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", Verdict(self.outcome))  # "passed" -> Verdict.PASSED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +200,7 @@ class CheckResult:
 
     @property
     def tests_passed(self) -> int:
-        return sum(o.outcome == "passed" for o in self.outcomes)
+        return sum(o.outcome is Verdict.PASSED for o in self.outcomes)
 
     @property
     def fraction_passed(self) -> float:

@@ -108,7 +108,7 @@ def default_sampling(samples_per_problem: int) -> SamplingParams:
 
 def evaluate(generate: Generate, sandbox: Checker, problems: Sequence[HumanEvalProblem],
              samples_per_problem: int = 1, ks: Sequence[int] = (1,),
-             sampling: SamplingParams | None = None, max_reruns: int = 2) -> ValidationResult:
+             sampling: SamplingParams | None = None) -> ValidationResult:
     """pass@k of `generate` (e.g. a backend's `generate`) on `problems`, checked in `sandbox`."""
     if not problems:
         raise ValueError("evaluate needs at least one problem")
@@ -127,7 +127,7 @@ def evaluate(generate: Generate, sandbox: Checker, problems: Sequence[HumanEvalP
 
     start = time.perf_counter()
     programs = [(p, p.prompt + c.text) for p, row in zip(problems, completions) for c in row]
-    verdicts = _check_programs(sandbox, programs, max_reruns)
+    verdicts = _check_programs(sandbox, programs)
     check_s = time.perf_counter() - start
 
     passed = {p.task_id: 0 for p in problems}
@@ -148,26 +148,26 @@ def _check_shape(completions: list[list[Completion]], problems: int, n: int) -> 
                          f"expected {problems} rows of {n} completions")
 
 
-def _check_programs(sandbox: Checker, programs: list[tuple[HumanEvalProblem, str]],
-                    max_reruns: int) -> list[bool | None]:
+def _check_programs(sandbox: Checker, programs: list[tuple[HumanEvalProblem, str]]
+                    ) -> list[bool | None]:
     """passed per program; None for one that does not compile (it fails without running, and
-    the sandbox would refuse some of them outright, e.g. a NUL byte from a byte-level model)."""
+    the sandbox would refuse some of them outright, e.g. a NUL byte from a byte-level model).
+    The sandbox has already re-run a `sandbox_error` once on a fresh worker; one that is still
+    there says nothing about the program, so the figure would be wrong: it is an error."""
     verdicts: list[bool | None] = [None] * len(programs)
     suites = {p.task_id: to_tests(p) for p, _ in programs}  # one TestSuite (compiled) each
     todo = [i for i, (_, code) in enumerate(programs) if _compiles(code)]
-    for _ in range(max_reruns + 1):
-        if not todo:
-            return verdicts
-        results = sandbox.check_many([programs[i][1] for i in todo],
-                                     [suites[programs[i][0].task_id] for i in todo])
-        for i, result in zip(todo, results):
-            verdicts[i] = result.passed
-        # A sandbox failure says nothing about the program: run it again rather than count it.
-        todo = [i for i, r in zip(todo, results) if r.execution.status is ExecStatus.SANDBOX_ERROR]
-    if todo:
-        raise RuntimeError(f"the sandbox failed on {len(todo)} programs even after {max_reruns} "
-                           f"re-runs (first: {programs[todo[0]][0].task_id}); check the sandbox "
+    if not todo:
+        return verdicts
+    results = sandbox.check_many([programs[i][1] for i in todo],
+                                 [suites[programs[i][0].task_id] for i in todo])
+    failed = [i for i, r in zip(todo, results) if r.execution.status is ExecStatus.SANDBOX_ERROR]
+    if failed:
+        raise RuntimeError(f"the sandbox failed on {len(failed)} programs even after re-running "
+                           f"them (first: {programs[failed[0]][0].task_id}); check the sandbox "
                            "backend's health")
+    for i, result in zip(todo, results):
+        verdicts[i] = result.passed
     return verdicts
 
 

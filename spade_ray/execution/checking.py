@@ -14,16 +14,24 @@ from pathlib import Path
 from typing import Any
 
 from spade_ray.execution.canonical import example
-from spade_ray.records import CheckResult, ExecResult, ExecStatus, TestOutcome, TestSuite
+from spade_ray.records import (
+    CheckResult,
+    ExecResult,
+    ExecStatus,
+    TestOutcome,
+    TestSuite,
+    Verdict,
+    from_dict,
+)
 
 
 def to_check_result(tests: TestSuite, result: ExecResult, report: dict[str, Any]
                     ) -> CheckResult:
     """`report` is protocol.grader_report's: outcomes only when the grader's report was valid,
     and the suspicion (grader-side evidence of probing) always."""
-    outcomes = tuple(TestOutcome(**o) for o in report.get("outcomes", ()))
-    passed = ("outcomes" in report and result.status is ExecStatus.OK
-              and len(outcomes) == tests.total and all(o.outcome == "passed" for o in outcomes))
+    outcomes = tuple(from_dict(TestOutcome, o) for o in report.get("outcomes", ()))
+    passed = ("outcomes" in report and result.status is ExecStatus.OK and len(outcomes) ==
+              tests.total and all(o.outcome is Verdict.PASSED for o in outcomes))
     return CheckResult(execution=result, outcomes=outcomes, tests_total=tests.total,
                        passed=passed, suspicion=report.get("suspicion", ""))
 
