@@ -232,6 +232,42 @@ ATTACKS = {
         def add(a, b):
             return 0
     """,
+    "tests_read_from_every_fd": """
+        import os
+        def add(a, b):
+            for fd in range(256):
+                try:
+                    os.set_blocking(fd, False)
+                    if b"== 15" in os.read(fd, 1 << 20):
+                        return a + b
+                except OSError:
+                    pass
+            return 0
+    """,
+    "ptrace_and_vm_read_of_other_processes": """
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        class IoVec(ctypes.Structure):
+            _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+        def add(a, b):
+            buf = ctypes.create_string_buffer(4096)
+            local = IoVec(ctypes.cast(buf, ctypes.c_void_p), 4096)
+            for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+                if pid == os.getpid():
+                    continue
+                libc.ptrace(16, pid, 0, 0)  # PTRACE_ATTACH
+                try:
+                    with open(f"/proc/{pid}/maps") as f:
+                        starts = [int(line.split("-")[0], 16) for line in f]
+                except OSError:  # not dumpable: try where a heap usually is
+                    starts = [0x5555_5555_0000 + i * 4096 for i in range(4096)]
+                for start in starts:
+                    remote = IoVec(start, 4096)
+                    if libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote),
+                                             1, 0) > 0 and b"== 15" in buf.raw:
+                        return a + b
+            return 0
+    """,
     "answers_pushed_before_the_calls": """
         import os, struct
         for seq in range(8):
