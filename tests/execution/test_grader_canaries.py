@@ -270,12 +270,11 @@ ATTACKS = {
     """,
     "answers_pushed_before_the_calls": """
         import os, struct
-        for seq in range(8):
-            body = ('["U3","i%d","sok","i7"]' % seq).encode()
-            try:
-                os.write(5, struct.pack(">I", len(body)) + body)
-            except OSError:
-                pass
+        bodies = [('["U3","i%d","sok","i7"]' % seq).encode() for seq in range(8)]
+        try:  # one write (under PIPE_BUF): every answer is there before the first call
+            os.write(5, b"".join(struct.pack(">I", len(b)) + b for b in bodies))
+        except OSError:
+            pass
         def add(a, b):
             return 0
     """,
