@@ -6,12 +6,13 @@ forked child. Forking a warm interpreter with the common stdlib already imported
 execution cheap (DESIGN.md: ~100 exec/s for fresh `python -c` on 2 cores, 400-600 exec/s for a
 warm fork-server).
 
-A check (a request with tests) forks two children: the grader (grader.py), which holds the tests
-and runs them, and the candidate, which runs the program and then answers the grader's calls with
-canonical data (canonical.py). The tests never enter the candidate's process: they reach this
-server as a separate frame read into a buffer that is handed to the grader by fork and zeroed
-before the candidate is forked, and the grader's report travels back through another buffer that
-is zeroed after it is sent, so no later candidate (forked from us) finds either in its memory.
+A check (a request with tests) forks two children (child.py): the grader (grader.py), which holds
+the tests and runs them, and the candidate, which runs the program and then answers the grader's
+calls with canonical data (canonical.py). The tests never enter the candidate's process: they
+reach this server as a separate frame read into a buffer that is handed to the grader by fork
+and zeroed before the candidate is forked, and the grader's report travels back through another
+buffer that is zeroed after it is sent, so no later candidate (forked from us) finds either in
+its memory.
 This server never parses anything a candidate wrote: output is counted and forwarded, the
 memory-error flag is one byte, and every read is capped.
 
@@ -25,8 +26,8 @@ Limits enforced here: wall-clock deadline, CPU seconds of the candidate's tree (
 /proc, since RLIMIT_CPU is per process and forking escapes it), combined stdout+stderr cap, and
 rlimits as a backstop (address space, file size, open files, core dumps). Memory and
 process-count limits of the whole tree are the host's job (cgroups), as is the network
-(namespaces). SysV IPC objects left by a run are removed after it (the seccomp filter refuses
-creating them in the first place).
+(namespaces). After each run, cleanup.py empties the working directory and removes SysV IPC
+objects (the seccomp filter refuses creating them in the first place).
 
 Wire format (host <-> server): each frame is a 4-byte big-endian length and a body: UTF-8 JSON,
 except the tests frame that follows a check request and the grader-report frame that follows its
@@ -36,7 +37,7 @@ reply, which are raw bytes. Byte strings (stdin, stdout, stderr) travel as latin
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # canonical.py and grader.py
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the jail's other modules
 
 # Several of these are not used here: they are pre-imported for the candidates, so that a forked
 # child finds them in sys.modules for free (noqa: F401 marks them).
@@ -45,54 +46,36 @@ import collections  # noqa: E402,F401
 import copy  # noqa: E402,F401
 import ctypes  # noqa: E402
 import dataclasses  # noqa: E402,F401
-import fcntl  # noqa: E402
 import fractions  # noqa: E402,F401
 import functools  # noqa: E402,F401
 import gc  # noqa: E402
 import hashlib  # noqa: E402,F401
 import heapq  # noqa: E402,F401
-import io  # noqa: E402
 import itertools  # noqa: E402,F401
 import json  # noqa: E402
 import math  # noqa: E402,F401
 import random  # noqa: E402,F401
 import re  # noqa: E402,F401
-import resource  # noqa: E402
 import select  # noqa: E402
 import signal  # noqa: E402
-import stat  # noqa: E402
 import string  # noqa: E402,F401
 import struct  # noqa: E402
 import time  # noqa: E402
-import traceback  # noqa: E402
-import types  # noqa: E402
 import typing  # noqa: E402,F401
 
-import canonical  # noqa: E402
+import child  # noqa: E402
+import cleanup  # noqa: E402
 import grader  # noqa: E402
 
-WORK_DIR = "/work"
+WORK_DIR = child.WORK_DIR
 SITE_DIR = "/opt/spade-sandbox/site"  # whitelisted packages, bound read-only by the host
-CHILD_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": WORK_DIR,
-    "TMPDIR": WORK_DIR,
-    "LANG": "C.UTF-8",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
-# The candidate's fds: 0-2 as usual, then the memory-error flag and the call pipes (the grader's
-# side of them is grader.REPLY_FD / grader.CALL_FD); the cgroup handshake pipe after those.
-FLAG_FD, CALLS_FD, ANSWERS_FD, GO_FD = 3, 4, 5, 6
 FLAG_CAP_BYTES = 16
 REPORT_CAP_BYTES = 4 * 1024 * 1024  # a grader report: outcomes with 300-character messages
 TESTS_CAP_BYTES = 64 * 1024 * 1024
 CONTROL_CAP_BYTES = 64 * 1024 * 1024  # a request: code (1 MB at most) and stdin (16 MB)
 CPU_POLL_S = 0.05
-PR_SET_DUMPABLE = 4  # <linux/prctl.h>
-IPC_RMID = 0
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, not per execution
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-PLAIN_TYPES = (bool, int, float, str, bytes, list, tuple, dict, set, frozenset)
 # Allocated once: a fresh 4 MB bytearray per check costs ~2 ms (CPython zero-fills it).
 REPORT_BUFFER = bytearray(REPORT_CAP_BYTES)
 
@@ -132,172 +115,6 @@ def zero(buf, size=None):
     """Overwrite a buffer in place, so no later fork of this server finds its contents."""
     size = len(buf) if size is None else size
     buf[:size] = bytes(size)
-
-
-# ---------------------------------------------------------------- the children
-
-
-def install_fds(mapping):
-    """Make exactly the fds in `mapping` (target -> source fd) open, and nothing else."""
-    high = {target: fcntl.fcntl(source, fcntl.F_DUPFD, 256)
-            for target, source in mapping.items() if source is not None}
-    os.closerange(0, 256)
-    os.closerange(max(high.values(), default=255) + 1, 65536)
-    for target, fd in high.items():
-        os.dup2(fd, target)
-        os.close(fd)
-
-
-def candidate_main(req, fds):
-    """Set up the forked candidate and run it. Never returns."""
-    os.setsid()
-    install_fds({0: fds["stdin_r"], 1: fds["out_w"], 2: fds["err_w"], FLAG_FD: fds["flag_w"],
-                 CALLS_FD: fds.get("calls_r"), ANSWERS_FD: fds.get("answers_w"),
-                 GO_FD: fds.get("go_r")})
-    if fds.get("go_r") is not None:
-        os.read(GO_FD, 1)  # the host has moved us into our cgroup
-        os.close(GO_FD)
-    set_limits(req["limits"], req["rlimit_nproc"], req["address_space_mb"],
-               req["shares_memory_cgroup"])
-    os.environ.clear()
-    os.environ.update(CHILD_ENV)
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8",
-                                 errors="replace")
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
-                                  errors="backslashreplace", write_through=False)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True)
-    sys.argv = ["solution.py"]
-    os._exit(run_candidate(req["code"], serve=fds.get("calls_r") is not None))
-
-
-def grader_main(req, fds, tests):
-    """Set up the forked grader and run the tests. Never returns."""
-    devnull = os.open("/dev/null", os.O_RDWR)
-    install_fds({0: devnull, 1: devnull, 2: devnull, grader.REPORT_FD: fds["report_w"],
-                 grader.REPLY_FD: fds["answers_r"], grader.CALL_FD: fds["calls_w"]})
-    set_limits(req["limits"], req["rlimit_nproc"], req["limits"]["memory_mb"] + 128, False)
-    os.chdir("/")  # nothing the candidate writes in /work is near the grader
-    grader.main(tests)
-
-
-def set_limits(limits, rlimit_nproc, address_space_mb, shares_memory_cgroup):
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    if shares_memory_cgroup:  # with the server (Docker): the OOM killer must pick the candidate
-        _prctl(PR_SET_DUMPABLE, 1)  # our /proc files back to our uid, to write oom_score_adj
-        try:
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")
-        except OSError:
-            pass
-    mb = 1024 * 1024
-    cpu = max(1, int(limits["cpu_s"] + 0.999))
-    rlimits = [
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-        (resource.RLIMIT_FSIZE, (limits["max_file_mb"] * mb,) * 2),
-        (resource.RLIMIT_NOFILE, (256, 256)),
-        (resource.RLIMIT_CORE, (0, 0)),
-        # The host chooses: a loose backstop under a memory cgroup, a tight cap without one.
-        (resource.RLIMIT_AS, (address_space_mb * mb,) * 2),
-    ]
-    if rlimit_nproc:  # only where the uid is the jail's alone (its own user namespace)
-        rlimits.append((resource.RLIMIT_NPROC, (limits["max_processes"],) * 2))
-    for res, value in rlimits:
-        resource.setrlimit(res, value)
-    # CPython ignores SIGXFSZ so that writes fail with EFBIG; we want the kernel's verdict
-    # (killed by SIGXFSZ = file size limit) to be unambiguous.
-    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def run_candidate(code, serve):
-    """Run the code, then (for a check) answer the grader's calls; return the exit code."""
-    main = types.ModuleType("__main__")
-    main.__file__ = "solution.py"
-    sys.modules["__main__"] = main
-    exit_code = 0
-    try:
-        exec(compile(code, "solution.py", "exec"), main.__dict__)
-        if serve:
-            answer_calls(main.__dict__)
-    except SystemExit as e:
-        exit_code = _exit_code(e.code)
-    except MemoryError:
-        _flag_memory_error()
-        _print_traceback()
-        exit_code = 1
-    except BaseException:  # noqa: BLE001 - any exception of the candidate is its failure
-        _print_traceback()
-        exit_code = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:  # noqa: BLE001 - a closed or broken stdout is the candidate's doing
-        exit_code = exit_code or 1
-    return exit_code
-
-
-def answer_calls(namespace):
-    """Serve the grader: one canonical answer per call, until it closes the pipe."""
-    while True:
-        body = grader.recv_frame(CALLS_FD)
-        if body is None:
-            return
-        seq, name, args, kwargs = canonical.decode(body)
-        grader.send_frame(ANSWERS_FD, answer(namespace, seq, name, args, kwargs).encode())
-
-
-def answer(namespace, seq, name, args, kwargs):
-    try:
-        function = namespace.get(name)
-        if not callable(function):
-            raise NameError(f"name {name!r} is not a function of the solution")
-        value = function(*args, **kwargs)
-    except BaseException as e:  # noqa: BLE001 - the grader decides what it means
-        if isinstance(e, MemoryError):
-            _flag_memory_error()
-        return canonical.encode((seq, "raise", type(e).__name__, grader.describe(e)[:300]))
-    try:
-        return canonical.encode((seq, "ok", value))
-    except canonical.NotPlainData as e:
-        return canonical.encode((seq, "unplain", canonical.type_name(value), _oddity(value)
-                                 or f"not plain data: {e}"[:200], bool(_oddity(value))))
-
-
-def _oddity(value):
-    """What makes a value look built to fool a comparison ("" for honest non-data)."""
-    kind = type(value)
-    if kind in PLAIN_TYPES or not isinstance(value, PLAIN_TYPES):
-        return "defines __eq__" if "__eq__" in vars(kind) and kind not in PLAIN_TYPES else ""
-    overridden = [m for m in ("__eq__", "__ne__", "__hash__")
-                  if any(m in vars(k) for k in kind.__mro__[:-2] if k not in PLAIN_TYPES)]
-    return "subclass of a plain type" + (f" overriding {', '.join(overridden)}"
-                                          if overridden else "")
-
-
-def _flag_memory_error():
-    try:
-        os.write(FLAG_FD, b"M")
-    except OSError:
-        pass
-
-
-def _print_traceback():
-    """The candidate's traceback, without the harness frames above its code."""
-    etype, value, tb = sys.exc_info()
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    traceback.print_exception(etype, value, tb)
-
-
-def _exit_code(code):
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
 
 
 # ---------------------------------------------------------------- the server (PID 1)
@@ -385,9 +202,9 @@ def serve_one(req, tests, ctl_in, ctl_out):
     if req.get("handshake"):
         fds["go_r"], go_w = os.pipe()
     if tests is not None:
-        grader_pid = _fork(lambda: grader_main(req, fds, tests))
+        grader_pid = _fork(lambda: child.grader_main(req, fds, tests))
         zero(tests)
-    pid = _fork(lambda: candidate_main(req, fds))
+    pid = _fork(lambda: child.candidate_main(req, fds))
     for fd in fds.values():
         os.close(fd)
     if go_w is not None:
@@ -525,7 +342,7 @@ def _finish(run, wall_s, limits):
     out = bytes(run.out[:cap])
     err = bytes(run.err[: max(0, cap - len(out))])
     survivors = live_pids()
-    cleanup_error = clear_work_dir() or remove_ipc_objects()
+    cleanup_error = cleanup.clear_work_dir(WORK_DIR) or cleanup.remove_ipc_objects()
     return {
         "exit_code": os.waitstatus_to_exitcode(run.status) if run.status is not None else None,
         "stdout": out.decode("latin-1"),
@@ -543,80 +360,13 @@ def _finish(run, wall_s, limits):
     }
 
 
-def clear_work_dir():
-    """Empty the working directory; returns an error (the host then recycles the jail) or None.
-
-    No recursion and no long paths, so no directory shape breaks it: subdirectories are moved up
-    to the top level one level at a time (rename within one tmpfs) and each level is emptied
-    through a directory fd, with permissions restored first."""
-    try:
-        os.chmod(WORK_DIR, 0o700)  # ours (uid 65534): a candidate may have taken our access
-        top = os.open(WORK_DIR, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as e:
-        return f"{type(e).__name__}: {e}"
-    moved = 0
-    try:
-        while True:
-            names = os.listdir(top)
-            if not names:
-                return None
-            for name in names:
-                moved = _empty_entry(top, name, moved)
-    except Exception as e:  # noqa: BLE001 - reported, never raised: the reply must go out
-        return f"{type(e).__name__}: {e}"
-    finally:
-        os.close(top)
-
-
-def _empty_entry(top, name, moved):
-    st = os.lstat(name, dir_fd=top)
-    if not stat.S_ISDIR(st.st_mode):
-        os.unlink(name, dir_fd=top)
-        return moved
-    os.chmod(name, 0o700, dir_fd=top, follow_symlinks=False)
-    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
-    try:
-        for child in os.listdir(sub):
-            if stat.S_ISDIR(os.lstat(child, dir_fd=sub).st_mode):
-                moved += 1
-                os.rename(child, f".spade-{moved}", src_dir_fd=sub, dst_dir_fd=top)
-            else:
-                os.unlink(child, dir_fd=sub)
-    finally:
-        os.close(sub)
-    os.rmdir(name, dir_fd=top)
-    return moved
-
-
-def remove_ipc_objects():
-    """Remove SysV shared memory, semaphores and message queues a run left (the IPC namespace is
-    the jail's own; the seccomp filter normally refuses creating them). Returns an error or None."""
-    removers = {"shm": lambda i: _LIBC.shmctl(i, IPC_RMID, None),
-                "sem": lambda i: _LIBC.semctl(i, 0, IPC_RMID),
-                "msg": lambda i: _LIBC.msgctl(i, IPC_RMID, None)}
-    for kind, remove in removers.items():
-        try:
-            with open(f"/proc/sysvipc/{kind}") as f:
-                ids = [int(line.split()[1]) for line in f.read().splitlines()[1:]]
-        except OSError:
-            continue
-        for ipc_id in ids:
-            if remove(ipc_id) != 0:
-                return f"cannot remove SysV {kind} {ipc_id}: errno {ctypes.get_errno()}"
-    return None
-
-
-def _prctl(option, value):
-    _LIBC.prctl(option, value, 0, 0, 0)
-
-
 def main():
     # Signals from inside the namespace reach PID 1 only where it installed a handler: drop
     # Python's SIGINT handler so that no candidate can interrupt the server.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     # Not dumpable: no candidate (same uid) may ptrace the server or the grader (which inherits
     # this) or read their memory or fds.
-    _prctl(PR_SET_DUMPABLE, 0)
+    child.prctl(child.PR_SET_DUMPABLE, 0)
     # Keep the control channel off fds 0-2; every child closes it (install_fds).
     ctl_in = os.dup(0)
     ctl_out = os.dup(1)

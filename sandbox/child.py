@@ -1,0 +1,207 @@
+"""The forked children of the jail's server (harness.py): standard library only.
+
+The candidate runs the program, then, for a check, answers the grader's calls: each call's
+arguments arrive as canonical data (canonical.py), the function of the program's namespace is
+called, and its result goes back as canonical data, or as the name of the exception it raised,
+or as "unplain" with what made it so (a subclass of a plain type, an object with its own
+`__eq__`) for the grader to note. Everything here runs in the candidate's process and so is
+the candidate's to change: nothing it does can matter beyond the bytes it sends.
+
+The grader's process (grader.py) gets its fds and limits here too. Both children see exactly
+the fds listed for them and nothing else (no control channel of the server's, no other pipe).
+"""
+
+import ctypes
+import fcntl
+import io
+import os
+import resource
+import signal
+import sys
+import traceback
+import types
+
+import canonical
+import grader
+
+WORK_DIR = "/work"
+CHILD_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": WORK_DIR,
+    "TMPDIR": WORK_DIR,
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+# The candidate's fds: 0-2 as usual, then the memory-error flag and the call pipes (the grader's
+# side of them is grader.REPLY_FD / grader.CALL_FD); the cgroup handshake pipe after those.
+FLAG_FD, CALLS_FD, ANSWERS_FD, GO_FD = 3, 4, 5, 6
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, not per execution
+PLAIN_TYPES = (bool, int, float, str, bytes, list, tuple, dict, set, frozenset)
+
+
+def install_fds(mapping):
+    """Make exactly the fds in `mapping` (target -> source fd) open, and nothing else."""
+    high = {target: fcntl.fcntl(source, fcntl.F_DUPFD, 256)
+            for target, source in mapping.items() if source is not None}
+    os.closerange(0, 256)
+    os.closerange(max(high.values(), default=255) + 1, 65536)
+    for target, fd in high.items():
+        os.dup2(fd, target)
+        os.close(fd)
+
+
+def candidate_main(req, fds):
+    """Set up the forked candidate and run it. Never returns."""
+    os.setsid()
+    install_fds({0: fds["stdin_r"], 1: fds["out_w"], 2: fds["err_w"], FLAG_FD: fds["flag_w"],
+                 CALLS_FD: fds.get("calls_r"), ANSWERS_FD: fds.get("answers_w"),
+                 GO_FD: fds.get("go_r")})
+    if fds.get("go_r") is not None:
+        os.read(GO_FD, 1)  # the host has moved us into our cgroup
+        os.close(GO_FD)
+    set_limits(req["limits"], req["rlimit_nproc"], req["address_space_mb"],
+               req["shares_memory_cgroup"])
+    os.environ.clear()
+    os.environ.update(CHILD_ENV)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8",
+                                 errors="replace")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                  errors="backslashreplace", write_through=False)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                  errors="backslashreplace", line_buffering=True)
+    sys.argv = ["solution.py"]
+    os._exit(run_candidate(req["code"], serve=fds.get("calls_r") is not None))
+
+
+def grader_main(req, fds, tests):
+    """Set up the forked grader and run the tests. Never returns."""
+    devnull = os.open("/dev/null", os.O_RDWR)
+    install_fds({0: devnull, 1: devnull, 2: devnull, grader.REPORT_FD: fds["report_w"],
+                 grader.REPLY_FD: fds["answers_r"], grader.CALL_FD: fds["calls_w"]})
+    set_limits(req["limits"], req["rlimit_nproc"], req["limits"]["memory_mb"] + 128, False)
+    os.chdir("/")  # nothing the candidate writes in /work is near the grader
+    grader.main(tests)
+
+
+def set_limits(limits, rlimit_nproc, address_space_mb, shares_memory_cgroup):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if shares_memory_cgroup:  # with the server (Docker): the OOM killer must pick the candidate
+        prctl(PR_SET_DUMPABLE, 1)  # our /proc files back to our uid, to write oom_score_adj
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
+    mb = 1024 * 1024
+    cpu = max(1, int(limits["cpu_s"] + 0.999))
+    rlimits = [
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_FSIZE, (limits["max_file_mb"] * mb,) * 2),
+        (resource.RLIMIT_NOFILE, (256, 256)),
+        (resource.RLIMIT_CORE, (0, 0)),
+        # The host chooses: a loose backstop under a memory cgroup, a tight cap without one.
+        (resource.RLIMIT_AS, (address_space_mb * mb,) * 2),
+    ]
+    if rlimit_nproc:  # only where the uid is the jail's alone (its own user namespace)
+        rlimits.append((resource.RLIMIT_NPROC, (limits["max_processes"],) * 2))
+    for res, value in rlimits:
+        resource.setrlimit(res, value)
+    # CPython ignores SIGXFSZ so that writes fail with EFBIG; we want the kernel's verdict
+    # (killed by SIGXFSZ = file size limit) to be unambiguous.
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def run_candidate(code, serve):
+    """Run the code, then (for a check) answer the grader's calls; return the exit code."""
+    main = types.ModuleType("__main__")
+    main.__file__ = "solution.py"
+    sys.modules["__main__"] = main
+    exit_code = 0
+    try:
+        exec(compile(code, "solution.py", "exec"), main.__dict__)
+        if serve:
+            answer_calls(main.__dict__)
+    except SystemExit as e:
+        exit_code = _exit_code(e.code)
+    except MemoryError:
+        _flag_memory_error()
+        _print_traceback()
+        exit_code = 1
+    except BaseException:  # noqa: BLE001 - any exception of the candidate is its failure
+        _print_traceback()
+        exit_code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001 - a closed or broken stdout is the candidate's doing
+        exit_code = exit_code or 1
+    return exit_code
+
+
+def answer_calls(namespace):
+    """Serve the grader: one canonical answer per call, until it closes the pipe."""
+    while True:
+        body = grader.recv_frame(CALLS_FD)
+        if body is None:
+            return
+        seq, name, args, kwargs = canonical.decode(body)
+        grader.send_frame(ANSWERS_FD, answer(namespace, seq, name, args, kwargs).encode())
+
+
+def answer(namespace, seq, name, args, kwargs):
+    try:
+        function = namespace.get(name)
+        if not callable(function):
+            raise NameError(f"name {name!r} is not a function of the solution")
+        value = function(*args, **kwargs)
+    except BaseException as e:  # noqa: BLE001 - the grader decides what it means
+        if isinstance(e, MemoryError):
+            _flag_memory_error()
+        return canonical.encode((seq, "raise", type(e).__name__, grader.describe(e)[:300]))
+    try:
+        return canonical.encode((seq, "ok", value))
+    except canonical.NotPlainData as e:
+        return canonical.encode((seq, "unplain", canonical.type_name(value), _oddity(value)
+                                 or f"not plain data: {e}"[:200], bool(_oddity(value))))
+
+
+def _oddity(value):
+    """What makes a value look built to fool a comparison ("" for honest non-data)."""
+    kind = type(value)
+    if kind in PLAIN_TYPES or not isinstance(value, PLAIN_TYPES):
+        return "defines __eq__" if "__eq__" in vars(kind) and kind not in PLAIN_TYPES else ""
+    overridden = [m for m in ("__eq__", "__ne__", "__hash__")
+                  if any(m in vars(k) for k in kind.__mro__[:-2] if k not in PLAIN_TYPES)]
+    return "subclass of a plain type" + (f" overriding {', '.join(overridden)}"
+                                          if overridden else "")
+
+
+def _flag_memory_error():
+    try:
+        os.write(FLAG_FD, b"M")
+    except OSError:
+        pass
+
+
+def _print_traceback():
+    """The candidate's traceback, without the harness frames above its code."""
+    etype, value, tb = sys.exc_info()
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    traceback.print_exception(etype, value, tb)
+
+
+def _exit_code(code):
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def prctl(option, value):
+    _LIBC.prctl(option, value, 0, 0, 0)

@@ -1,0 +1,78 @@
+"""What the jail's server does after every run, so that nothing persists into the next one.
+
+Standard library only. Neither can be broken by what a candidate left: the working directory is
+emptied without recursion and without long paths, whatever its depth, names or permissions,
+and SysV IPC objects (which outlive their process and its memory limit; the seccomp filter
+already refuses creating them) are removed. Each returns an error in words, or None: the server
+reports it and the host recycles the jail, and the run's own result stands.
+"""
+
+import ctypes
+import os
+import stat
+
+IPC_RMID = 0
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def clear_work_dir(work_dir):
+    """Empty the working directory; returns an error (the host then recycles the jail) or None.
+
+    No recursion and no long paths, so no directory shape breaks it: subdirectories are moved up
+    to the top level one level at a time (rename within one tmpfs) and each level is emptied
+    through a directory fd, with permissions restored first."""
+    try:
+        os.chmod(work_dir, 0o700)  # ours (uid 65534): a candidate may have taken our access
+        top = os.open(work_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+    moved = 0
+    try:
+        while True:
+            names = os.listdir(top)
+            if not names:
+                return None
+            for name in names:
+                moved = _empty_entry(top, name, moved)
+    except Exception as e:  # noqa: BLE001 - reported, never raised: the reply must go out
+        return f"{type(e).__name__}: {e}"
+    finally:
+        os.close(top)
+
+
+def _empty_entry(top, name, moved):
+    st = os.lstat(name, dir_fd=top)
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=top)
+        return moved
+    os.chmod(name, 0o700, dir_fd=top, follow_symlinks=False)
+    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+    try:
+        for child in os.listdir(sub):
+            if stat.S_ISDIR(os.lstat(child, dir_fd=sub).st_mode):
+                moved += 1
+                os.rename(child, f".spade-{moved}", src_dir_fd=sub, dst_dir_fd=top)
+            else:
+                os.unlink(child, dir_fd=sub)
+    finally:
+        os.close(sub)
+    os.rmdir(name, dir_fd=top)
+    return moved
+
+
+def remove_ipc_objects():
+    """Remove SysV shared memory, semaphores and message queues a run left (the IPC namespace is
+    the jail's own; the seccomp filter normally refuses creating them). Returns an error or None."""
+    removers = {"shm": lambda i: _LIBC.shmctl(i, IPC_RMID, None),
+                "sem": lambda i: _LIBC.semctl(i, 0, IPC_RMID),
+                "msg": lambda i: _LIBC.msgctl(i, IPC_RMID, None)}
+    for kind, remove in removers.items():
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                ids = [int(line.split()[1]) for line in f.read().splitlines()[1:]]
+        except OSError:
+            continue
+        for ipc_id in ids:
+            if remove(ipc_id) != 0:
+                return f"cannot remove SysV {kind} {ipc_id}: errno {ctypes.get_errno()}"
+    return None
