@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from spade_ray.execution import cgroups
-from spade_ray.execution.local import MOUNT_ROOT
+from spade_ray.execution.hostpaths import MOUNT_ROOT
 from spade_ray.records import TestSuite
 from tests.conftest import TEST_LIMITS, open_sandbox
 

