@@ -1,10 +1,8 @@
 """Jail-side execution server of spade-ray: standard library only, never imported by spade_ray.
 
 It runs as PID 1 of the jail's own PID namespace (bwrap --as-pid-1, or a container's entry point)
-and serves requests from the host over its stdin/stdout: each request is one program run in a
-forked child. Forking a warm interpreter with the common stdlib already imported is what makes
-execution cheap (DESIGN.md: ~100 exec/s for fresh `python -c` on 2 cores, 400-600 exec/s for a
-warm fork-server).
+and serves requests from the host over its stdin/stdout, each run in forked children: a warm
+interpreter with the common stdlib imported forks far faster than `python -c` starts (DESIGN.md).
 
 A check (a request with tests) forks two children (child.py): the grader (grader.py), which holds
 the tests and runs them, and the candidate, which runs the program and then answers the grader's
