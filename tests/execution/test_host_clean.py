@@ -2,6 +2,9 @@
 
 import os
 import re
+import signal
+import threading
+import time
 from pathlib import Path
 
 from spade_ray.execution import cgroups
@@ -57,3 +60,25 @@ def test_a_flood_on_the_flag_fd_does_not_grow_the_harness():
         status = Path(f"/proc/{sb._all[0]._harness_pid}/status").read_text()
     peak_kb = int(re.search(r"VmHWM:\s+(\d+)", status).group(1))
     assert peak_kb < 64 * 1024
+
+
+def _kill_the_jail_once(sb, after_s: float) -> threading.Thread:
+    worker = sb._all[0]
+    harness = worker._harness_pid
+
+    def kill() -> None:
+        time.sleep(after_s)
+        os.kill(harness, signal.SIGKILL)
+
+    thread = threading.Thread(target=kill)
+    thread.start()
+    return thread
+
+
+def test_a_sandbox_failure_is_run_again_on_a_fresh_jail():
+    """An infrastructure failure (the jail's server killed from the host) is re-run once."""
+    with open_sandbox("local", limits=TEST_LIMITS, workers=1) as sb:
+        killer = _kill_the_jail_once(sb, 0.3)
+        result = sb.run("import time; time.sleep(1); print('done')")
+        killer.join()
+    assert (result.status.value, result.stdout, result.attempts) == ("ok", "done\n", 2)
