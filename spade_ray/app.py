@@ -24,6 +24,7 @@ from spade_ray.config import (
     LearnerConfig,
     ModelConfig,
     SandboxConfig,
+    admission_config,
     role_sampling,
     sandbox_limits,
     validate_learner,
@@ -57,6 +58,10 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
     validation = validate_validation(cfg.validation)
     sandbox_cfg, limits = sandbox_limits(cfg.sandbox)
     learner, params = validate_learner(cfg.learner)
+    if params and model.roles["generator"].model != model.roles["solver"].model:
+        raise ValueError("a learner trains one policy, which serves both roles: give "
+                         "model.roles.generator and model.roles.solver the same model (a learner "
+                         "per role is not built yet)")
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = str(cfg.run_name)
     datasets.disable_progress_bars()  # one line per round on the console, no bars in between
@@ -77,7 +82,8 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                      learner_gpus=learner.gpus if params else 0,
                      learner_ranks=learner.ranks) as cluster, \
                 open_executor(sandbox_cfg, limits) as executor:
-            seeds = tuple(load_seed_tasks(limits))
+            admission = admission_config(loop_cfg)
+            seeds = tuple(load_seed_tasks(executor, limits, admission))
             templates = load_prompts(model.prompts)
             problems = tuple(humaneval.load_problems(validation.problems or None,
                                                      seed=loop_cfg.seed)
@@ -89,10 +95,10 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                 generation=stages.Generation(
                     cluster["generator"], templates["generator"],
                     role_sampling(model.roles["generator"]), loop_cfg.few_shot,
-                    loop_cfg.max_similarity, limits),
+                    loop_cfg.max_similarity, limits, admission),
                 solving=stages.Solving(
-                    cluster["solver"], templates["solver"], solver_sampling, loop_cfg.few_shot,
-                    tuple(t for t in seeds if t.family is TaskFamily.CODEGEN)),
+                    cluster["solver"], {f: templates[f] for f in TaskFamily},
+                    templates["codegen"].chat, solver_sampling, loop_cfg.few_shot, seeds),
                 executor=executor, limits=limits, loop=loop_cfg, validation=validation,
                 validation_problems=problems, seeds=seeds,
                 trainer=start_trainer(cluster, model, learner, params, problems, run_dir)

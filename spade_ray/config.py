@@ -14,8 +14,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from spade_ray.execution.executor import Placement
-from spade_ray.records import LearnerParams, Limits, SamplingParams, TrainAlgorithm
+from spade_ray.preferences.generator import GeneratorReward
+from spade_ray.records import LearnerParams, Limits, SamplingParams, TaskFamily, TrainAlgorithm
 from spade_ray.rollout.backend import BACKENDS
+from spade_ray.tasks.admission import AdmissionConfig
 
 ROLES = ("generator", "solver")
 NO_LEARNER = "none"  # collect-only rounds
@@ -64,6 +66,18 @@ class CapsConfig:
 
 
 @dataclasses.dataclass
+class AdmissionSettings:
+    """tasks.admission.AdmissionConfig, as the `loop.admission` group."""
+
+    min_examples: int = 2
+    visible_examples: int = 2
+    max_mutants: int = 8
+    min_mutation_score: float = 0.5
+    max_reference_cpu_s: float = 2.0
+    check_timeout_s: float = 0.5
+
+
+@dataclasses.dataclass
 class LoopConfig:
     rounds: int = 1
     tasks_per_round: int = 4
@@ -74,6 +88,10 @@ class LoopConfig:
     topics: list[str] = dataclasses.field(default_factory=list)
     pair_margin: float = 0.0
     max_similarity: float = 0.8  # a new task this close to a known one is a near-duplicate
+    families: list[str] = dataclasses.field(
+        default_factory=lambda: [str(f) for f in TaskFamily])  # round-robin over prompts
+    generator_reward: str = GeneratorReward.BAND  # preferences.generator
+    admission: AdmissionSettings = dataclasses.field(default_factory=AdmissionSettings)
     seed: int = 0
     caps: CapsConfig = dataclasses.field(default_factory=CapsConfig)
     archive_size: int = 200
@@ -145,7 +163,21 @@ def validate_loop(cfg: DictConfig | dict) -> LoopConfig:
             raise ValueError(f"loop.{name} must be >= 1, got {getattr(loop, name)}")
     if not loop.topics:
         raise ValueError("loop.topics is empty: list at least one topic")
+    families = [str(f) for f in TaskFamily]
+    wrong = [f for f in loop.families if f not in families]
+    if wrong or not loop.families:
+        raise ValueError(f"loop.families={loop.families}: list one or more of {families}")
+    loop.families = [TaskFamily(f) for f in loop.families]
+    if loop.generator_reward not in tuple(GeneratorReward):
+        raise ValueError(f"loop.generator_reward={loop.generator_reward!r}: use one of "
+                         f"{[str(r) for r in GeneratorReward]}")
+    loop.generator_reward = GeneratorReward(loop.generator_reward)
+    admission_config(loop)  # AdmissionConfig checks the values
     return loop
+
+
+def admission_config(loop: LoopConfig) -> AdmissionConfig:
+    return AdmissionConfig(**dataclasses.asdict(loop.admission))
 
 
 def validate_validation(cfg: DictConfig | dict) -> ValidationConfig:

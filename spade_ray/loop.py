@@ -1,9 +1,9 @@
 """The self-play loop: `run_rounds()` resumes after the last completed round; `run_round()` is one.
 
     for each round:
-        tasks = generate(generator, previous tasks); keep the ones that execute as specified
+        tasks = generate(generator, previous tasks); admit the ones execution makes tasks of
         solutions = solve(solver, tasks, K); results = execute(sandbox, solutions)
-        scores, pairs = score(solutions, results)
+        scores, pairs = score(solutions, results); generator rewards and pairs from pass rates
         if the learner holds enough pairs: update the policy and publish it to the engines
         validate once on the fixed set; the gate keeps or rolls back the update; record
 
@@ -31,7 +31,7 @@ from spade_ray.recorder import Recorder, RoundRecord
 from spade_ray.records import LearnOutcome, Limits, RoundMetrics, RoundState, Task, TrainAlgorithm
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.streaming import Ahead
-from spade_ray.tasks.prompting import topic_schedule
+from spade_ray.tasks.prompting import family_schedule, topic_schedule
 from spade_ray.tracking import Versions
 from spade_ray.training import Trainer
 
@@ -48,6 +48,10 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     for chunk in generated_chunks(run, record, budget, known, keep_going=lambda: solving):
         solving = solving and not budget.exhausted(record) and solve_execute_score(
             run, record, budget, chunk.valid_tasks, generated=True)
+        record.rewarded(stages.reward_generator(
+            chunk, record.task_pass_rates, run.loop.generator_reward, record.index,
+            record.generator_outputs, record.versions.solver,
+            with_groups=run.algorithm is TrainAlgorithm.GRPO))
     _attempt(record, "export", record.export_pairs)
     outcome, pass_at_1_served = learn_and_validate(run, record)
     next_state = RoundState(
@@ -62,22 +66,25 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
 
 def generated_chunks(run: Run, record: RoundRecord, budget: Budget, known: list[Task],
                      keep_going: Callable[[], bool]) -> Iterator[stages.GeneratedChunk]:
-    """The round's topics, a chunk at a time, generated and validated by execution one chunk
-    ahead on a producer thread (until `keep_going()` turns False or the wall cap is reached);
+    """The round's (topic, family) prompts, a chunk at a time, generated and admitted by
+    execution one chunk ahead on a producer thread (until `keep_going()` turns False or the
+    wall cap is reached);
     each chunk recorded as it arrives."""
     generate = functools.partial(
         run.generation.generate, known=known, meter=budget.generator, executor=run.executor,
         rng=random.Random(run.loop.seed * 1_000_003 + record.index))
-    topics = topic_schedule(list(run.loop.topics), run.loop.tasks_per_round, record.index)
-    ahead = Ahead(generate, [topics[i:i + run.loop.chunk_size]
-                             for i in range(0, len(topics), run.loop.chunk_size)],
+    work = list(zip(topic_schedule(list(run.loop.topics), run.loop.tasks_per_round, record.index),
+                    family_schedule(list(run.loop.families), run.loop.tasks_per_round,
+                                    record.index)))
+    ahead = Ahead(generate, [work[i:i + run.loop.chunk_size]
+                             for i in range(0, len(work), run.loop.chunk_size)],
                   keep_going=lambda: keep_going() and budget.wall_left(),
                   name=f"generator-round-{record.index}")
     entries = iter(ahead)
     try:
-        for chunk_topics, chunk in entries:
+        for chunk_work, chunk in entries:
             if isinstance(chunk, Exception):
-                record.generation_failed(chunk_topics, chunk)
+                record.generation_failed(chunk_work, chunk)
                 if isinstance(chunk, stages.CapReached):
                     ahead.stop()
                 continue

@@ -27,9 +27,10 @@ from spade_ray.records import (
     RoundMetrics,
     RoundState,
     Task,
+    TaskSource,
 )
 from spade_ray.rollout.sampling import TokenMeter
-from spade_ray.stages import CapReached, GeneratedChunk, Scored, Solutions
+from spade_ray.stages import CapReached, GeneratedChunk, GeneratorRewards, Scored, Solutions
 from spade_ray.tracking import MetricsSink, TraceStore, Versions
 
 
@@ -81,8 +82,14 @@ class RoundRecord:
     rejections: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     new_task_candidates: int = 0
     new_task_passed: int = 0
-    pass_rates: list[float] = dataclasses.field(default_factory=list)
+    task_pass_rates: dict[str, float] = dataclasses.field(default_factory=dict)
     pairs: list[PreferencePair] = dataclasses.field(default_factory=list)
+    pairs_from_generated: int = 0  # solver pairs on tasks the generator wrote (this run)
+    generator_pairs: int = 0
+    generator_outputs: int = 0  # outputs written with their rewards so far
+    generator_rewards: list[float] = dataclasses.field(default_factory=list)
+    family_tasks: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    family_pairs: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     groups: list[CompletionGroup] = dataclasses.field(default_factory=list)
     sampled: int = 0
     distinct: int = 0
@@ -93,21 +100,17 @@ class RoundRecord:
     stage_s: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def generated(self, chunk: GeneratedChunk) -> None:
+        """A chunk's admitted tasks and its rejection reasons (its outputs are written once
+        they have their rewards: `rewarded`)."""
         store = self.recorder.store
-        # Numbered after the round's inputs recorded so far (a killed round's rows were
-        # discarded before it re-ran, so the numbers repeat exactly).
-        for i, item in enumerate(chunk.inputs, start=self.proposed):
-            store.record_generator_input(self.index, dataclasses.replace(item, index=i),
-                                         self.versions)
-        for verdict in chunk.verdicts:
-            store.record_task(self.index, verdict.task, verdict.valid, verdict.reason,
-                              self.versions)
+        for verdict in chunk.admitted:
+            if verdict.task is not None:
+                store.record_task(self.index, verdict.task, True, "", self.versions)
         self.timed("generate", chunk.generate_s)
         self.timed("validate_tasks", chunk.validate_s)
-        self.sandbox_cpu_s += sum(v.reference_cpu_s for v in chunk.verdicts)
+        self.sandbox_cpu_s += sum(v.cpu_s for v in chunk.admitted)
         self.proposed += len(chunk.inputs)
-        self.rejections.update(chunk.unparsed)
-        self.rejections.update(v.reason for v in chunk.verdicts if not v.valid)
+        self.rejections.update(i.outcome for i in chunk.inputs if i.outcome != "admitted")
         self.new_tasks += chunk.valid_tasks
 
     def solved(self, solutions: Solutions, checks: Sequence[CheckResult], scored: Scored,
@@ -120,8 +123,7 @@ class RoundRecord:
         store.record_executions(self.index, [(c.candidate_id, c.task_id, r)
                                              for c, r in zip(candidates, checks)], v)
         store.record_scores(self.index, scored.scores, v)
-        store.record_pairs(self.index, scored.pairs, v)
-        append_jsonl(self.pairs_file, scored.pairs)
+        self._add_pairs(scored.pairs, scored.groups)
         self.timed("solve", solutions.solve_s)
         self.sampled += solutions.sampled
         self.distinct += len(candidates)
@@ -129,12 +131,32 @@ class RoundRecord:
         self.sandbox_reruns += sum(c.execution.attempts > 1 for c in checks)
         self.sandbox_errors += sum(c.execution.status is ExecStatus.SANDBOX_ERROR for c in checks)
         self.hack_suspects += sum(bool(c.suspicion) for c in checks)
-        self.pass_rates += scored.pass_rates
+        self.task_pass_rates.update(scored.pass_rates)
+        families = {t.task_id: t.family for t in solutions.tasks}
+        sources = {t.task_id: t.source for t in solutions.tasks}
+        self.family_pairs.update(families[p.task_id] for p in scored.pairs)
+        self.pairs_from_generated += sum(sources[p.task_id] is TaskSource.GENERATED
+                                         for p in scored.pairs)
         if generated:
             self.new_task_candidates += scored.rated
             self.new_task_passed += scored.passed
-        self.pairs += scored.pairs
-        self.groups += scored.groups
+
+    def rewarded(self, rewards: GeneratorRewards) -> None:
+        """A chunk's generator outputs with their rewards, and the generator's pairs."""
+        items = rewards.inputs
+        self.recorder.store.record_generator_inputs(self.index, items, self.versions)
+        self.generator_outputs += len(items)
+        self.generator_rewards += [i.reward for i in items if i.reward is not None]
+        self.family_tasks.update(i.family for i in items if i.outcome == "admitted")
+        self._add_pairs(rewards.pairs, rewards.groups)
+        self.generator_pairs += len(rewards.pairs)
+
+    def _add_pairs(self, pairs: Sequence[PreferencePair], groups: Sequence[CompletionGroup]
+                   ) -> None:
+        self.recorder.store.record_pairs(self.index, pairs, self.versions)
+        append_jsonl(self.pairs_file, pairs)
+        self.pairs += pairs
+        self.groups += groups
 
     def generation_failed(self, topics: Sequence[str], error: Exception) -> None:
         """A chunk's generation failed (or was refused by a cap): its topics got no tasks."""
@@ -169,7 +191,8 @@ class RoundRecord:
     def metrics(self, validation_pass_at_1: float | None, validation_problems: int,
                 outcome: LearnOutcome | None, meters: dict[str, TokenMeter], wall_s: float
                 ) -> RoundMetrics:
-        rates = self.pass_rates
+        rates = list(self.task_pass_rates.values())
+        rewards = self.generator_rewards
         learned = {} if outcome is None else dataclasses.asdict(outcome)
         return RoundMetrics(
             run_id=self.recorder.run_id, round=self.index,
@@ -182,7 +205,11 @@ class RoundRecord:
                                 if self.new_task_candidates else 0.0),
             new_task_candidates=self.new_task_candidates,
             mean_difficulty=1 - sum(rates) / len(rates) if rates else 0.0,
-            pairs=len(self.pairs),
+            pairs=len(self.pairs), pairs_from_generated=self.pairs_from_generated,
+            generator_pairs=self.generator_pairs,
+            generator_reward_mean=sum(rewards) / len(rewards) if rewards else None,
+            family_tasks=tuple(sorted(self.family_tasks.items())),
+            family_pairs=tuple(sorted(self.family_pairs.items())),
             candidate_diversity=self.distinct / self.sampled if self.sampled else 0.0,
             tokens_generator=meters["generator"].total, tokens_solver=meters["solver"].total,
             sandbox_cpu_s=round(self.sandbox_cpu_s, 3),
@@ -199,7 +226,8 @@ def round_line(m: RoundMetrics) -> str:
                f"{m.sandbox_errors} errors, {m.hack_suspects} hack suspects")
     return (f"round {m.round}: val pass@1 {val} ({m.validation_problems} problems) | tasks "
             f"{m.tasks_valid}/{m.tasks_proposed} valid (rejected: {reasons}) | new-task pass "
-            f"{m.new_task_pass_rate:.2f} | difficulty {m.mean_difficulty:.2f} | pairs {m.pairs}"
+            f"{m.new_task_pass_rate:.2f} | difficulty {m.mean_difficulty:.2f} | pairs {m.pairs} "
+            f"({m.pairs_from_generated} on generated tasks, {m.generator_pairs} generator)"
             f" | diversity {m.candidate_diversity:.2f} | tokens {m.tokens_generator}+"
             f"{m.tokens_solver} | {sandbox} | {m.wall_s:.0f} s" + _update_part(m))
 

@@ -41,8 +41,18 @@ class GateSignal(enum.StrEnum):
 
 
 class TaskFamily(enum.StrEnum):
-    CODEGEN = "codegen"  # write the function from its description
-    REPAIR = "repair"  # fix the buggy program the tests expose
+    """What the solver is asked to do with a generated program (tasks/families.py)."""
+
+    CODEGEN = "codegen"  # write the function from its description and visible examples
+    REPAIR = "repair"  # fix a mutant of the reference that the examples catch
+    PREDICT = "predict"  # state the reference's output on one input, graded as data
+
+
+class Role(enum.StrEnum):
+    """Who wrote what a preference pair prefers: the learner trains that role's policy."""
+
+    GENERATOR = "generator"  # tasks: a better-rewarded task over a worse one, same prompt
+    SOLVER = "solver"  # programs: a better-scored candidate over a worse one, same task
 
 
 class TaskSource(enum.StrEnum):
@@ -251,11 +261,12 @@ class Task:
     family: TaskFamily
     topic: str
     description: str
-    entry_point: str  # the function the tests call
+    entry_point: str  # the reference's function
     signature: str  # e.g. "def add(a: int, b: int) -> int:"
-    tests: TestSuite
+    tests: TestSuite  # examples computed by running the reference (hidden: they grade)
     reference: str  # a full reference solution (passes every test)
-    buggy: str | None = None  # repair family: the program whose bug the tests expose
+    buggy: str | None = None  # repair family: the mutant whose bug the tests expose
+    visible: tuple[IOExample, ...] = ()  # shown in the solver's prompt (predict: the question)
     limits: Limits = Limits()
     source: TaskSource = TaskSource.GENERATED
     generator_version: int = -1  # weights version of the generator; -1 for seed tasks
@@ -302,6 +313,7 @@ class PreferencePair:
     rejected_score: float
     solver_version: int
     generator_version: int
+    role: Role = Role.SOLVER  # generator pairs: candidate ids are generator-output ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,6 +364,11 @@ class RoundMetrics:
     sandbox_reruns: int = 0  # candidates whose execution was re-run after a sandbox_error
     sandbox_errors: int = 0  # candidates still sandbox_error after the re-run (not in pairs)
     hack_suspects: int = 0  # candidates whose check found evidence of probing the grader
+    pairs_from_generated: int = 0  # solver pairs on tasks generated in this run (not seeds)
+    generator_pairs: int = 0  # pairs of the generator role (counted in `pairs` too)
+    generator_reward_mean: float | None = None  # over the round's rewarded generator outputs
+    family_tasks: tuple[tuple[str, int], ...] = ()  # (family, admitted generated tasks)
+    family_pairs: tuple[tuple[str, int], ...] = ()  # (family, solver pairs)
 
     @property
     def valid_task_rate(self) -> float:

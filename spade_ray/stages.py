@@ -4,10 +4,12 @@ Part of the wiring layer (with loop.py, recorder.py, streaming.py, training.py, 
 app.py, cli.py and config.py): the only modules that combine the stage packages. A stage
 records nothing and counts nothing; it returns a value that the loop hands to the Recorder.
 
-    Generation.generate  topics -> GeneratedChunk (tasks parsed and validated by execution)
+    Generation.generate  (topic, family)s -> GeneratedChunk (outputs parsed, deduplicated and
+                         admitted by execution)
     Solving.solve        tasks  -> Solutions (K distinct candidate programs per task)
     execute              Solutions -> checks, one CheckResult per candidate (any Executor)
     score                Solutions + checks -> Scored (scores, preference pairs, GRPO groups)
+    reward_generator     GeneratedChunk + pass rates -> GeneratorRewards (generator pairs)
     validate             the solver's pass@1 on the fixed validation set
 """
 
@@ -16,11 +18,17 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from spade_ray.evaluation import humaneval, needs_rerun, score_many
 from spade_ray.execution import Executor
 from spade_ray.preferences import build_groups, build_pairs
+from spade_ray.preferences.generator import (
+    GeneratorReward,
+    build_generator_groups,
+    build_generator_pairs,
+    generator_reward,
+)
 from spade_ray.records import (
     Candidate,
     CheckResult,
@@ -30,15 +38,17 @@ from spade_ray.records import (
     SamplingParams,
     Score,
     Task,
+    TaskFamily,
 )
 from spade_ray.rollout.actor import RoleEngines
 from spade_ray.rollout.sampling import TokenBudgetExceeded, TokenMeter, sample_distinct
-from spade_ray.tasks import candidate_program
+from spade_ray.tasks import candidate_program, executable
+from spade_ray.tasks.admission import AdmissionConfig, Admitted, admit, normalised_hash
 from spade_ray.tasks.diversity import most_similar
-from spade_ray.tasks.format import TaskFormatError, parse_task
-from spade_ray.tasks.prompting import generator_prompt, solver_prompt
+from spade_ray.tasks.families import solver_prompt
+from spade_ray.tasks.format import Proposal, TaskFormatError, parse_proposal
+from spade_ray.tasks.prompting import generator_prompt
 from spade_ray.tasks.templates import PromptTemplate
-from spade_ray.tasks.validate import Verdict, validate_tasks
 from spade_ray.tracking import GeneratorInput
 
 
@@ -48,23 +58,22 @@ class CapReached(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class GeneratedChunk:
-    """One chunk of topics through the generator and task validation."""
+    """One chunk of (topic, family) prompts through the generator and admission."""
 
-    topics: tuple[str, ...]
-    inputs: tuple[GeneratorInput, ...]  # every generator output, parsed or not (index unset)
-    verdicts: tuple[Verdict, ...]  # one per parsed task
-    unparsed: tuple[str, ...]  # the reasons the other outputs were not tasks
+    work: tuple[tuple[str, TaskFamily], ...]
+    inputs: tuple[GeneratorInput, ...]  # every generator output, its outcome (index unset)
+    admitted: tuple[Admitted, ...]  # one per output that parsed and was not a duplicate
     generate_s: float
     validate_s: float
 
     @property
     def valid_tasks(self) -> list[Task]:
-        return [v.task for v in self.verdicts if v.valid]
+        return [v.task for v in self.admitted if v.task is not None]
 
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
-    """The generator step: prompts from topics and few-shot tasks, parsing, validation."""
+    """The generator step: prompts from topics and few-shot tasks, parsing, dedup, admission."""
 
     engines: RoleEngines
     template: PromptTemplate
@@ -72,42 +81,56 @@ class Generation:
     few_shot: int
     max_similarity: float  # a new task this close to a known one is a near-duplicate
     limits: Limits
+    admission: AdmissionConfig = AdmissionConfig()
 
-    def generate(self, topics: Sequence[str], known: Sequence[Task], rng: random.Random,
-                 meter: TokenMeter, executor: Executor) -> GeneratedChunk:
-        prompts = [generator_prompt(self.template, t, list(known), self.few_shot, rng)
-                   for t in topics]
+    def generate(self, work: Sequence[tuple[str, TaskFamily]], known: Sequence[Task],
+                 rng: random.Random, meter: TokenMeter, executor: Executor) -> GeneratedChunk:
+        prompts = [generator_prompt(self.template, topic, list(known), self.few_shot, rng)
+                   for topic, _ in work]
         started = time.monotonic()
         sample = _sample(self.engines, prompts, self.sampling, meter, resample_rounds=1)
         generate_s = time.monotonic() - started
-        seen, version = list(known), self.engines.weights_version
-        inputs, parsed, unparsed = [], [], []
-        for topic, prompt, group in zip(topics, prompts, sample.completions):
+        seen = list(known)
+        hashes = {normalised_hash(t.reference) for t in known}
+        outputs, proposals = [], []  # outputs: (topic, family, prompt, completion, outcome)
+        for (topic, family), prompt, group in zip(work, prompts, sample.completions):
             for completion in group:
-                outcome, task = self._parse(completion.text, topic, version, seen)
-                inputs.append(GeneratorInput(index=0, prompt=prompt, completion=completion,
-                                             outcome=outcome,
-                                             task_id=task.task_id if task else None))
-                if task is None:
-                    unparsed.append(outcome)
-                else:
-                    parsed.append(task)
-                    seen.append(task)
+                outcome, proposal = self._parse(completion.text, seen, hashes)
+                outputs.append((topic, family, prompt, completion, outcome))
+                if proposal is not None:
+                    proposals.append((len(outputs) - 1, proposal))
         started = time.monotonic()
-        verdicts = validate_tasks(parsed, executor) if parsed else []
-        return GeneratedChunk(tuple(topics), tuple(inputs), tuple(verdicts), tuple(unparsed),
-                              generate_s, time.monotonic() - started)
+        admitted = admit([p for _, p in proposals], [outputs[i][1] for i, _ in proposals],
+                         [outputs[i][0] for i, _ in proposals], executor, self.limits,
+                         self.admission, generator_version=self.engines.weights_version)
+        verdicts = {i: v for (i, _), v in zip(proposals, admitted)}
+        inputs = []
+        for i, (_, family, prompt, completion, outcome) in enumerate(outputs):
+            verdict = verdicts.get(i)
+            if verdict is not None:
+                outcome = "admitted" if verdict.valid else verdict.reason
+            inputs.append(GeneratorInput(index=0, prompt=prompt, completion=completion,
+                                         outcome=outcome, family=family,
+                                         task_id=verdict.task.task_id
+                                         if verdict is not None and verdict.valid else None))
+        return GeneratedChunk(tuple(work), tuple(inputs), tuple(admitted), generate_s,
+                              time.monotonic() - started)
 
-    def _parse(self, text: str, topic: str, version: int, known: list[Task]
-               ) -> tuple[str, Task | None]:
+    def _parse(self, text: str, known: list, hashes: set[str]) -> tuple[str, Proposal | None]:
+        """("parsed", proposal), or (the reason, None); a parsed proposal joins `known`."""
         try:
-            task = parse_task(text, topic, self.limits, generator_version=version)
+            proposal = parse_proposal(text)
         except TaskFormatError as e:
             return e.reason, None
-        _, similarity = most_similar(task, known)
+        digest = normalised_hash(proposal.reference)
+        if digest in hashes:
+            return "duplicate", None
+        _, similarity = most_similar(proposal, known)
         if similarity >= self.max_similarity:
             return "near_duplicate", None
-        return "parsed", task
+        known.append(proposal)
+        hashes.add(digest)
+        return "parsed", proposal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,22 +146,24 @@ class Solutions:
 
 @dataclasses.dataclass(frozen=True)
 class Solving:
-    """The solver step: few-shot prompts, K distinct completions, the programs to check."""
+    """The solver step: few-shot prompts of each task's family, K distinct completions, the
+    programs to check."""
 
     engines: RoleEngines
-    template: PromptTemplate
+    templates: dict[str, PromptTemplate]  # one per task family
+    chat: bool
     sampling: SamplingParams  # n = K candidates per task
     few_shot: int
-    examples: tuple[Task, ...]  # solved tasks shown in the prompt
+    examples: tuple[Task, ...]  # solved tasks shown in the prompt (the same family's)
 
     def solve(self, tasks: Sequence[Task], round_index: int, meter: TokenMeter) -> Solutions:
-        prompts = [solver_prompt(self.template, t, list(self.examples), self.few_shot)
+        prompts = [solver_prompt(self.templates, t, list(self.examples), self.few_shot)
                    for t in tasks]
         started = time.monotonic()
         sample = _sample(self.engines, prompts, self.sampling, meter)
         candidates = [Candidate(candidate_id=f"{task.task_id}/r{round_index}/{k}",
                                 task_id=task.task_id,
-                                code=candidate_program(task, c.text, self.template.chat),
+                                code=candidate_program(task, c.text, self.chat),
                                 solver_version=c.weights_version, prompt_tokens=c.prompt_tokens,
                                 completion_tokens=c.completion_tokens)
                       for task, group in zip(tasks, sample.completions)
@@ -160,9 +185,11 @@ def _sample(engines: RoleEngines, prompts: list[str], sampling: SamplingParams,
 def execute(executor: Executor, solutions: Solutions, limits: Limits) -> list[CheckResult]:
     """Every candidate against its task's tests. A sandbox_error the executor could not cure
     by its own re-run stays in the results: it is recorded and kept out of the pairs."""
-    tests = {t.task_id: t.tests for t in solutions.tasks}
-    return executor.check_many([c.code for c in solutions.candidates],
-                               [tests[c.task_id] for c in solutions.candidates], limits=limits)
+    tasks = {t.task_id: t for t in solutions.tasks}
+    return executor.check_many([executable(tasks[c.task_id], c.code)
+                                for c in solutions.candidates],
+                               [tasks[c.task_id].tests for c in solutions.candidates],
+                               limits=limits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +199,7 @@ class Scored:
     scores: tuple[Score, ...]  # scores[i] is the score of solutions.candidates[i]
     pairs: tuple[PreferencePair, ...]
     groups: tuple[CompletionGroup, ...]  # built only when the learner trains on groups
-    pass_rates: tuple[float, ...]  # per task with rated candidates: the fraction that passed
+    pass_rates: dict[str, float]  # task id -> the fraction of its rated candidates that passed
     rated: int  # candidates with a verdict (not sandbox_error)
     passed: int  # of those, how many passed every test
 
@@ -182,19 +209,45 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
     scores = score_many(list(solutions.candidates), list(checks))
     pairs: list[PreferencePair] = []
     groups: list[CompletionGroup] = []
-    rates: list[float] = []
+    rates: dict[str, float] = {}
     rated = [s for s in scores if not needs_rerun(s)]
     for task, prompt in zip(solutions.tasks, solutions.prompts):
         mine = [(c, s) for c, s in zip(solutions.candidates, scores) if c.task_id == task.task_id]
         verdicts = [s for _, s in mine if not needs_rerun(s)]
         if verdicts:
-            rates.append(sum(s.passed for s in verdicts) / len(verdicts))
+            rates[task.task_id] = sum(s.passed for s in verdicts) / len(verdicts)
         pairs += build_pairs(task, prompt, [c for c, _ in mine], [s for _, s in mine],
                              task.generator_version, margin=pair_margin)
         if with_groups:
             groups += build_groups(task, prompt, [c for c, _ in mine], [s for _, s in mine])
-    return Scored(tuple(scores), tuple(pairs), tuple(groups), tuple(rates), len(rated),
+    return Scored(tuple(scores), tuple(pairs), tuple(groups), rates, len(rated),
                   sum(s.passed for s in rated))
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratorRewards:
+    """A chunk's generator outputs with their rewards, and the training items made of them."""
+
+    inputs: tuple[GeneratorInput, ...]  # the chunk's, with pass_rate and reward set
+    pairs: tuple[PreferencePair, ...]
+    groups: tuple[CompletionGroup, ...]
+
+
+def reward_generator(chunk: GeneratedChunk, pass_rates: Mapping[str, float],
+                     kind: GeneratorReward, round_index: int, first_index: int,
+                     solver_version: int, with_groups: bool) -> GeneratorRewards:
+    """Each output's reward from its admission and the solver's pass rate on its task; the
+    outputs numbered from `first_index` (the round's outputs so far, in the order chunks
+    complete: a killed round's rows are discarded before it re-runs, so numbers repeat)."""
+    inputs = tuple(dataclasses.replace(
+        item, index=first_index + i,
+        pass_rate=pass_rates.get(item.task_id) if item.task_id else None,
+        reward=generator_reward(item.task_id is not None,
+                                pass_rates.get(item.task_id) if item.task_id else None, kind))
+        for i, item in enumerate(chunk.inputs))
+    return GeneratorRewards(inputs, tuple(build_generator_pairs(inputs, round_index,
+                                                                solver_version)),
+                            tuple(build_generator_groups(inputs)) if with_groups else ())
 
 
 def validate(engines: RoleEngines, executor: Executor,

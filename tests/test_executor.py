@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from spade_ray import app, stages
 from spade_ray.execution import Executor, Sandbox
 from spade_ray.execution.pool import SandboxPool, actor_executed, actor_pids
-from spade_ray.records import Candidate, ExecStatus, Limits
+from spade_ray.records import Candidate, ExecStatus, Limits, TaskFamily
 from spade_ray.tasks.seeds import load_seed_tasks
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -24,7 +24,9 @@ LIMITS = Limits(timeout_s=5.0, cpu_s=5.0, memory_mb=256)
 
 def slow_solutions(count: int, sleep_s: float) -> stages.Solutions:
     """Correct candidates (seed references) that each take `sleep_s` to import."""
-    tasks = load_seed_tasks(LIMITS)[:count]
+    with Sandbox("local", LIMITS, 2) as sandbox:
+        seeds = load_seed_tasks(sandbox, LIMITS)
+    tasks = [t for t in seeds if t.family is TaskFamily.CODEGEN][:count]
     candidates = [Candidate(candidate_id=f"{t.task_id}/r0/0", task_id=t.task_id,
                             code=f"import time\ntime.sleep({sleep_s})\n{t.reference}",
                             solver_version=0, prompt_tokens=0, completion_tokens=0)
@@ -52,9 +54,10 @@ def test_a_killed_sandbox_actor_loses_no_candidate(local_ray):
     with SandboxPool("local", LIMITS, num_actors=2, cpus_per_actor=0.5) as pool:
         pool.run_many(["pass"] * 4)  # both actors warm
         victim = actor_pids(pool)[0]
+        solutions = slow_solutions(4, 2.0)
         killer = threading.Timer(1.0, os.kill, (victim, signal.SIGKILL))
         killer.start()  # while both actors hold jobs that take 2 s
-        checks = stages.execute(pool, slow_solutions(4, 2.0), LIMITS)
+        checks = stages.execute(pool, solutions, LIMITS)
         killer.join()
         assert pool.retries >= 1  # the kill did land on a running job
     assert [c.execution.status for c in checks] == [ExecStatus.OK] * 4

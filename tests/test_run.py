@@ -65,10 +65,15 @@ def test_every_candidate_is_traced_with_its_score_and_versions(tiny_run):
 def test_malformed_generator_output_is_counted_not_fatal(tiny_run):
     run_dir, _ = tiny_run
     rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert all(r["tasks_proposed"] == 4 for r in rounds)
+    assert all(r["tasks_proposed"] == 8 for r in rounds)  # 4 prompts, 2 outputs each
     reasons = {reason for r in rounds for reason, _ in r["rejection_reasons"]}
-    assert reasons and reasons <= {"missing_section", "test_count", "bad_signature",
-                                   "reference_syntax", "test_ignores_entry_point"}
+    assert reasons and reasons <= {"missing_section", "reference_syntax", "no_function",
+                                   "no_inputs", "too_few_inputs", "input_calls_unknown_function",
+                                   "input_arity", "bad_signature"}
+    db = sqlite3.connect(run_dir / "trace.sqlite")
+    rows = db.execute("SELECT family, outcome, reward FROM generator_inputs").fetchall()
+    assert len(rows) == 16 and {f for f, _, _ in rows} == {"codegen", "repair", "predict"}
+    assert all(reward == -1.0 for _, _, reward in rows)  # none is a task: the worst reward
 
 
 def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):

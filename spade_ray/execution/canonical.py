@@ -13,6 +13,7 @@ from typing import Any
 from spade_ray.execution.protocol import CANONICAL
 from spade_ray.records import IOExample
 
+SOURCE = CANONICAL  # the codec's one file (what a cache of encoded data depends on)
 _spec = importlib.util.spec_from_file_location("spade_ray_sandbox_canonical", CANONICAL)
 _codec = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_codec)

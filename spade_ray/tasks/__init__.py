@@ -1,9 +1,12 @@
-"""Executable tasks: the text format generators write, parsing, validation by execution, seeds.
+"""Executable tasks: the text format generators write, admission by execution, task families,
+seeds.
 
-Public API for other stages: `candidate_program` and `split_program` (programs.py), what a
-candidate program is, on the solver's side and on the learner's.
+Public API for other stages: `candidate_program` and `executable` (families.py: what a solver's
+completion is, and what the sandbox runs for it) and `split_program` (programs.py: the same
+program on the learner's side).
 """
 
-from spade_ray.tasks.programs import candidate_program, split_program
+from spade_ray.tasks.families import candidate_program, executable
+from spade_ray.tasks.programs import split_program
 
-__all__ = ["candidate_program", "split_program"]
+__all__ = ["candidate_program", "executable", "split_program"]

@@ -1,35 +1,38 @@
-"""The task text format: what the generator model writes and the few-shot examples show.
+"""The text format the generator writes: a program and the inputs to run it on, no answers.
 
-A small line-oriented format rather than JSON, because the default model is a 270M base model:
-it copies labelled sections far more reliably than it balances braces and escapes quotes.
+Execution-grounded (as in Absolute Zero's proposer): the generator writes a description, a
+reference function and calls of it; the sandbox runs the reference and its results become the
+expected outputs (tasks/admission.py). A 270M model gets hand-computed expected values wrong far
+more often than code, so it is never asked for them. A small line-oriented format rather than
+JSON: a base model copies labelled sections far more reliably than it balances braces.
 
     Description: Return the string reversed.
-    Signature: def reverse(s: str) -> str:
-    Tests:
-    assert reverse("abc") == "cba"
-    assert reverse("") == ""
     Reference:
-    def reverse(s: str) -> str:
+    def reverse_string(s: str) -> str:
         return s[::-1]
+    Inputs:
+    reverse_string("abc")
+    reverse_string("a b")
 
-A repair task adds a `Buggy:` section (the program whose bug the tests expose) before
-`Reference:`. Parsing is strict about structure and says what is wrong; it never guesses code.
+Input lines are calls of one function the reference defines, with literal arguments (Python
+literals: numbers, strings, bytes, None, booleans, lists, tuples, dicts, sets). The Inputs
+section ends at the first line that is not such a call, so a model that rambles on after its
+last input still wrote a task. Parsing is strict about everything else and says what is wrong
+with a short, countable reason; it never guesses code.
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
+import dataclasses
 import re
+from typing import Any
 
-from spade_ray.records import Limits, Task, TaskFamily, TaskSource, TestSuite
-
-SECTIONS = ("Description", "Signature", "Tests", "Buggy", "Reference")
-REQUIRED = tuple(s for s in SECTIONS if s != "Buggy")  # Buggy: repair tasks only
+SECTIONS = ("Description", "Reference", "Inputs")
 _HEADER = re.compile(rf"^({'|'.join(SECTIONS)}):[ \t]*(.*)$")
-MIN_TESTS = 2
-MAX_TESTS = 20
+MIN_INPUTS = 2
+MAX_INPUTS = 12
+MAX_LITERAL_CHARS = 400  # one input line; also bounds what ast.literal_eval is given
 
 
 class TaskFormatError(ValueError):
@@ -40,51 +43,49 @@ class TaskFormatError(ValueError):
         self.reason = reason
 
 
-def parse_task(text: str, topic: str, limits: Limits = Limits(),
-               source: TaskSource = TaskSource.GENERATED,
-               generator_version: int = -1) -> Task:
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+    """A parsed generator output: what admission runs to make a task of it."""
+
+    description: str
+    reference: str  # the program; defines `entry_point` at top level
+    entry_point: str
+    signature: str  # the entry point's def line, e.g. "def add(a: int, b: int) -> int:"
+    inputs: tuple[tuple[Any, ...], ...]  # argument tuples, distinct, in the order written
+    calls: tuple[str, ...]  # the input lines as written (inputs[i] is calls[i] evaluated)
+
+
+def parse_proposal(text: str) -> Proposal:
     sections = _sections(text)
-    missing = [s for s in REQUIRED if not sections.get(s, "").strip()]
+    missing = [s for s in SECTIONS if not sections.get(s, "").strip()]
     if missing:
         raise TaskFormatError("missing_section", f"no {', '.join(missing)} section")
-    signature = sections["Signature"].strip().splitlines()[0].strip()
-    entry_point = _entry_point(signature)
-    tests = tuple(line.strip() for line in sections["Tests"].splitlines()
-                  if line.strip().startswith("assert"))
-    if not MIN_TESTS <= len(tests) <= MAX_TESTS:
-        raise TaskFormatError("test_count", f"{len(tests)} assert lines; need {MIN_TESTS} to "
-                                            f"{MAX_TESTS}")
-    if not all(entry_point in t for t in tests):
-        raise TaskFormatError("test_ignores_entry_point", f"a test does not call {entry_point}")
-    reference = _code(sections["Reference"], "reference", entry_point)
-    buggy = _code(sections["Buggy"], "buggy", entry_point) if sections.get("Buggy") else None
-    try:
-        suite = TestSuite(asserts=tests)
-    except ValueError as e:
-        raise TaskFormatError("test_syntax", str(e)) from e
     description = " ".join(sections["Description"].split())
-    family = TaskFamily.REPAIR if buggy is not None else TaskFamily.CODEGEN
-    return Task(task_id=task_id(description, signature, tests, reference, buggy),
-                family=family, topic=topic, description=description, entry_point=entry_point,
-                signature=signature, tests=suite, reference=reference, buggy=buggy,
-                limits=limits, source=source, generator_version=generator_version)
+    reference = sections["Reference"].strip("\n") + "\n"
+    try:
+        tree = ast.parse(reference)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise TaskFormatError("reference_syntax", f"{type(e).__name__}: {e}") from None
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    if not functions:
+        raise TaskFormatError("no_function", "the reference defines no top-level function")
+    entry_point, calls, inputs = _inputs(sections["Inputs"], functions)
+    signature = reference.splitlines()[functions[entry_point].lineno - 1].rstrip()
+    if not signature.startswith("def ") or not signature.endswith(":"):
+        raise TaskFormatError("bad_signature", f"the def line of {entry_point} must be one line "
+                                               f"ending with ':', got {signature[:80]!r}")
+    return Proposal(description, reference, entry_point, signature, inputs, calls)
 
 
-def render_task(task: Task) -> str:
-    """The inverse of parse_task (few-shot examples are rendered from seed tasks)."""
-    parts = [f"Description: {task.description}", f"Signature: {task.signature}", "Tests:",
-             *task.tests.asserts]
-    if task.buggy is not None:
-        parts += ["Buggy:", task.buggy.rstrip()]
-    parts += ["Reference:", task.reference.rstrip()]
-    return "\n".join(parts)
+def render_proposal(description: str, reference: str, calls: tuple[str, ...]) -> str:
+    """The inverse of parse_proposal (few-shot examples are rendered from seed tasks)."""
+    return "\n".join([f"Description: {description}", "Reference:", reference.rstrip(), "Inputs:",
+                      *calls])
 
 
-def task_id(description: str, signature: str, tests: tuple[str, ...], reference: str,
-            buggy: str | None) -> str:
-    """Content hash: the same task always has the same id (idempotent traces, dedup)."""
-    blob = json.dumps([description, signature, list(tests), reference, buggy])
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def call_text(entry_point: str, args: tuple[Any, ...]) -> str:
+    """A call as the prompts show it: `f(1, 'a')`."""
+    return f"{entry_point}({', '.join(map(repr, args))})"
 
 
 def _sections(text: str) -> dict[str, str]:
@@ -100,26 +101,56 @@ def _sections(text: str) -> dict[str, str]:
     return {name: "\n".join(lines).strip("\n") for name, lines in sections.items()}
 
 
-def _entry_point(signature: str) -> str:
+def _inputs(section: str, functions: dict[str, ast.FunctionDef]
+            ) -> tuple[str, tuple[str, ...], tuple[tuple[Any, ...], ...]]:
+    """The entry point and the distinct calls of it, up to the first line that is not one."""
+    entry_point, calls, inputs = None, [], []
+    for line in section.splitlines():
+        line = line.strip()
+        parsed = _call(line)
+        if parsed is None or (entry_point is not None and parsed[0] != entry_point):
+            break
+        name, args = parsed
+        if name not in functions:
+            raise TaskFormatError("input_calls_unknown_function",
+                                  f"{line[:80]!r} calls {name}, which the reference does not "
+                                  f"define")
+        entry_point = name
+        if args not in inputs:
+            calls.append(line)
+            inputs.append(args)
+        if len(inputs) == MAX_INPUTS:
+            break
+    if entry_point is None:
+        raise TaskFormatError("no_inputs", "the Inputs section has no call with literal "
+                                           "arguments")
+    if len(inputs) < MIN_INPUTS:
+        raise TaskFormatError("too_few_inputs", f"{len(inputs)} distinct input(s); need "
+                                                f"{MIN_INPUTS}")
+    _check_arity(functions[entry_point], inputs)
+    return entry_point, tuple(calls), tuple(inputs)
+
+
+def _call(line: str) -> tuple[str, tuple[Any, ...]] | None:
+    """(function name, literal arguments) of a line like `f(1, [2])`, else None."""
+    if not line or len(line) > MAX_LITERAL_CHARS:
+        return None
     try:
-        tree = ast.parse(signature + "\n    pass\n")
-    except SyntaxError as e:
-        raise TaskFormatError("bad_signature", f"{signature!r} is not a def line ({e.msg})") \
-            from None
-    node = tree.body[0] if tree.body else None
-    if not isinstance(node, ast.FunctionDef):
-        raise TaskFormatError("bad_signature", f"{signature!r} does not define a function")
-    return node.name
+        node = ast.parse(line, mode="eval").body
+        if (not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name)
+                or node.keywords or any(isinstance(a, ast.Starred) for a in node.args)):
+            return None
+        args = tuple(ast.literal_eval(a) for a in node.args)
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+        return None
+    return node.func.id, args
 
 
-def _code(source: str, what: str, entry_point: str) -> str:
-    code = source.strip("\n") + "\n"
-    try:
-        tree = ast.parse(code)
-    except SyntaxError as e:
-        raise TaskFormatError(f"{what}_syntax", f"line {e.lineno}: {e.msg}") from None
-    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    if entry_point not in names:
-        raise TaskFormatError(f"{what}_missing_entry_point", f"does not define {entry_point}")
-    return code
-
+def _check_arity(node: ast.FunctionDef, inputs: list[tuple[Any, ...]]) -> None:
+    a = node.args
+    positional = len(a.posonlyargs) + len(a.args)
+    required = positional - len(a.defaults)
+    for args in inputs:
+        if len(args) < required or (len(args) > positional and a.vararg is None):
+            raise TaskFormatError("input_arity", f"{node.name} takes {required}..{positional} "
+                                                 f"arguments, an input gives {len(args)}")

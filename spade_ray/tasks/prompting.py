@@ -1,8 +1,8 @@
-"""Prompts for the two roles, and turning their completions back into tasks and programs.
+"""The generator's prompts: which topic, which family, which few-shot tasks.
 
-Templates live in conf/prompts/ (templates.py renders them); this module decides what goes
-into them: which topic, which few-shot examples, how a repair task shows its buggy program
-(programs.py turns a completion into the candidate program).
+Templates live in conf/prompts/ (templates.py renders them); the solver's prompts are per family
+(families.py). The generator writes the same thing for every family (a program and inputs), so
+its few-shot examples are distinct programs of the pool, rendered in the format it must write.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import random
 
-from spade_ray.records import Task
-from spade_ray.tasks.format import render_task
+from spade_ray.execution import canonical
+from spade_ray.records import Task, TaskFamily
+from spade_ray.tasks.format import call_text, render_proposal
 from spade_ray.tasks.templates import PromptTemplate, render
 
 
@@ -26,28 +27,30 @@ def topic_schedule(topics: list[str], count: int, round_index: int) -> list[str]
     return [t for t in rotated for _ in range(quota)][:count]
 
 
+def family_schedule(families: list[TaskFamily], count: int, round_index: int
+                    ) -> list[TaskFamily]:
+    """The family of each of the round's `count` generator prompts: round-robin, starting one
+    further each round."""
+    if not families:
+        raise ValueError("the experiment lists no task families")
+    return [families[(round_index + i) % len(families)] for i in range(count)]
+
+
 def generator_prompt(template: PromptTemplate, topic: str, pool: list[Task], shots: int,
                      rng: random.Random, tokenizer=None) -> str:
-    same_topic = [t for t in pool if t.topic == topic]
-    others = [t for t in pool if t.topic != topic]
+    """Few-shot programs of the pool (distinct references; the same topic first)."""
+    programs = list({t.reference: t for t in pool if t.family is not TaskFamily.PREDICT
+                     }.values())
+    same_topic = [t for t in programs if t.topic == topic]
+    others = [t for t in programs if t.topic != topic]
     chosen = (rng.sample(same_topic, min(shots, len(same_topic)))
               + rng.sample(others, max(0, min(shots - len(same_topic), len(others)))))
     examples = [{"topic": t.topic, "task": render_task(t)} for t in chosen]
     return render(template, examples, tokenizer, topic=topic)
 
 
-def solver_prompt(template: PromptTemplate, task: Task, examples: list[Task], shots: int,
-                  tokenizer=None) -> str:
-    """The first `shots` examples other than the task itself (a replayed seed task must not
-    show its own solution)."""
-    chosen = [t for t in examples if t.task_id != task.task_id][:shots]
-    shown = [{"description": _shown_description(t), "solution": t.reference.rstrip()}
-             for t in chosen]
-    return render(template, shown, tokenizer, description=_shown_description(task),
-                  signature=task.signature)
-
-
-def _shown_description(task: Task) -> str:
-    if task.buggy is None:
-        return task.description
-    return f"{task.description}\n{task.buggy.rstrip()}"
+def render_task(task: Task) -> str:
+    """A task as the generator writes one: description, reference, the inputs of its examples."""
+    calls = tuple(call_text(task.entry_point, canonical.decode(e.args))
+                  for e in task.tests.examples)
+    return render_proposal(task.description, task.reference, calls)

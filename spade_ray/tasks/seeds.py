@@ -1,22 +1,91 @@
-"""The seed pool shipped with the project: valid tasks of every family, few-shot examples for
-the generator and the solver, and the first round's tasks while the generator is still weak."""
+"""The seed pool shipped with the project: programs and inputs in the generator's own format,
+admitted by the same code as generated ones and made into a task of every family. They are the
+few-shot examples of both roles and the first rounds' tasks while the generator is still weak.
+
+Admitting the pool runs ~1,000 sandbox checks (references, null solvers, mutants: ~15 s on two
+cores), so the admitted tasks are cached under $SPADE_CACHE/seed_tasks/, keyed by everything they
+depend on: the seed file, the admission, mutation, format and codec sources, the limits and the
+admission settings. Any change to one of those admits the pool again.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import os
 import re
+import tempfile
 from pathlib import Path
 
-from spade_ray.records import Limits, Task, TaskSource
-from spade_ray.tasks.format import parse_task
+from spade_ray.execution import canonical
+from spade_ray.records import Limits, Task, TaskFamily, TaskSource, from_dict, to_dict
+from spade_ray.tasks import admission, mutation
+from spade_ray.tasks import format as task_format
+from spade_ray.tasks.admission import AdmissionConfig, admit
+from spade_ray.tasks.format import Proposal, parse_proposal
 
 SEED_FILE = Path(__file__).with_name("seed_tasks.txt")
+CACHE_DIR = Path(os.environ.get("SPADE_CACHE", Path.home() / ".cache" / "spade-ray")) / \
+    "seed_tasks"
 _BLOCK = re.compile(r"^### Topic: (.+?)\n(.*?)^### END$", re.MULTILINE | re.DOTALL)
 
 
-def load_seed_tasks(limits: Limits = Limits(), path: Path = SEED_FILE) -> list[Task]:
-    text = path.read_text(encoding="utf-8")
-    tasks = [parse_task(body, topic.strip(), limits, source=TaskSource.SEED)
-             for topic, body in _BLOCK.findall(text)]
-    if not tasks:
+def load_seed_proposals(path: Path = SEED_FILE) -> list[tuple[str, Proposal]]:
+    """(topic, proposal) of every block of the seed file; a block that does not parse is an
+    error naming it."""
+    blocks = _BLOCK.findall(path.read_text(encoding="utf-8"))
+    if not blocks:
         raise ValueError(f"no '### Topic: ... ### END' blocks in {path}")
+    out = []
+    for n, (topic, body) in enumerate(blocks):
+        try:
+            out.append((topic.strip(), parse_proposal(body)))
+        except ValueError as e:
+            raise ValueError(f"{path}: seed block {n} ({topic.strip()}): {e}") from e
+    return out
+
+
+def load_seed_tasks(executor, limits: Limits = Limits(),
+                    config: AdmissionConfig = AdmissionConfig(), path: Path = SEED_FILE,
+                    cache_dir: Path | None = CACHE_DIR) -> list[Task]:
+    """Every seed as a task of every family (repair: where a mutant is caught), admitted in the
+    sandbox or read from the cache. A seed that fails admission otherwise is an error: the
+    shipped pool must be valid."""
+    cached = None if cache_dir is None else cache_dir / f"{_key(path, limits, config)}.json"
+    if cached is not None and cached.is_file():
+        try:
+            return [from_dict(Task, d) for d in json.loads(cached.read_text())]
+        except (ValueError, TypeError, KeyError):
+            pass  # a damaged cache file is replaced below
+    tasks = admit_seeds(executor, limits, config, path)
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=cached.parent, delete=False) as f:
+            json.dump([to_dict(t) for t in tasks], f)
+        os.replace(f.name, cached)
     return tasks
+
+
+def admit_seeds(executor, limits: Limits, config: AdmissionConfig, path: Path = SEED_FILE
+                ) -> list[Task]:
+    seeds = load_seed_proposals(path)
+    jobs = [(topic, proposal, family) for topic, proposal in seeds for family in TaskFamily]
+    verdicts = admit([p for _, p, _ in jobs], [f for _, _, f in jobs], [t for t, _, _ in jobs],
+                     executor, limits, config, source=TaskSource.SEED)
+    failed = [f"{v.proposal.entry_point} as {v.family}: {v.reason}" for v in verdicts
+              if not v.valid and v.reason != "no_killed_mutant"]
+    if failed:
+        raise ValueError(f"{path}: {len(failed)} seed task(s) not admitted: "
+                         + "; ".join(failed))
+    return [v.task for v in verdicts if v.task is not None]
+
+
+def _key(path: Path, limits: Limits, config: AdmissionConfig) -> str:
+    digest = hashlib.sha256(path.read_bytes())
+    for module in (admission, mutation, task_format):
+        digest.update(Path(module.__file__).read_bytes())
+    digest.update(Path(canonical.SOURCE).read_bytes())
+    digest.update(json.dumps([dataclasses.asdict(limits), dataclasses.asdict(config)],
+                             sort_keys=True).encode())
+    return digest.hexdigest()[:20]

@@ -11,13 +11,16 @@ Schema (SQLite). Every table starts with the stamp
 where the versions are the weights live when the row was written. Booleans are 0/1; columns
 marked JSON hold JSON text (use json_extract); primary keys make re-recording a no-op.
 
-  tasks             (run_id, round, task_id) -- every parsed task, valid or rejected
-      task_id, valid, reason ('' when valid), family, topic, description, entry_point,
-      signature, tests JSON {asserts, check, entry_point}, reference, buggy, limits JSON,
-      source, task_generator_version (the weights that wrote the task; -1 for seed tasks)
-  generator_inputs  (run_id, round, input_index) -- one generator call each
+  tasks             (run_id, round, task_id) -- every admitted task
+      task_id, valid (1), reason (''), family (codegen | repair | predict), topic,
+      description, entry_point, signature, tests JSON {examples [{args, expected}], ...},
+      reference, buggy (repair: the mutant to fix), visible JSON (examples in the prompt),
+      limits JSON, source, task_generator_version (the weights that wrote it; -1: seed)
+  generator_inputs  (run_id, round, input_index) -- one generator output each
       input_index, prompt, text (raw output), prompt_tokens, completion_tokens,
-      finish_reason, weights_version, outcome ('parsed' or why not), task_id, text_state
+      finish_reason, weights_version, outcome ('admitted', or the parse or admission reason),
+      task_id (when admitted), family (asked for), pass_rate (the solver's on the task),
+      reward (the generator's; NULL: unknown), text_state
   candidates        (run_id, round, candidate_id) -- one solver attempt each
       candidate_id, task_id, code, candidate_solver_version, prompt_tokens, completion_tokens
   executions        (run_id, round, candidate_id) -- a candidate run against its task's tests
@@ -30,7 +33,8 @@ marked JSON hold JSON text (use json_extract); primary keys make re-recording a 
       peak_memory_mb
   pairs             (run_id, round, chosen_candidate_id, rejected_candidate_id)
       task_id, prompt, chosen, rejected, chosen_candidate_id, rejected_candidate_id,
-      chosen_score, rejected_score, pair_solver_version, pair_generator_version
+      chosen_score, rejected_score, pair_solver_version, pair_generator_version, role
+      (solver: candidate ids are candidates; generator: ids are generator/r<round>/<index>)
   rounds            (run_id, round) -- written when a round completes (the resume point)
       metrics JSON (RoundMetrics), state JSON (what the loop needs to resume)
   meta              key, value -- schema_version

@@ -20,7 +20,7 @@ from spade_ray.records import CheckResult, Completion, ExecResult, Task, from_di
 
 R = TypeVar("R")
 
-SCHEMA_VERSION = 2  # 2: executions.attempts and executions.suspicion
+SCHEMA_VERSION = 3  # 2: executions.attempts, .suspicion; 3: generator rewards, pair roles
 
 # Every row says which run, which round, and which weights were live when it was written.
 _STAMP = """run_id TEXT NOT NULL, round INTEGER NOT NULL,
@@ -32,13 +32,15 @@ TABLES: dict[str, str] = {
     "tasks": """task_id TEXT NOT NULL, valid INTEGER NOT NULL, reason TEXT NOT NULL,
         family TEXT NOT NULL, topic TEXT NOT NULL, description TEXT NOT NULL,
         entry_point TEXT NOT NULL, signature TEXT NOT NULL, tests TEXT NOT NULL,
-        reference TEXT NOT NULL, buggy TEXT, limits TEXT NOT NULL, source TEXT NOT NULL,
+        reference TEXT NOT NULL, buggy TEXT, visible TEXT NOT NULL, limits TEXT NOT NULL,
+        source TEXT NOT NULL,
         task_generator_version INTEGER NOT NULL,
         PRIMARY KEY (run_id, round, task_id)""",
     "generator_inputs": """input_index INTEGER NOT NULL, prompt TEXT NOT NULL, text TEXT NOT NULL,
         prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
         finish_reason TEXT NOT NULL, weights_version INTEGER NOT NULL, outcome TEXT NOT NULL,
-        task_id TEXT, text_state TEXT NOT NULL,
+        task_id TEXT, family TEXT NOT NULL, pass_rate REAL, reward REAL,
+        text_state TEXT NOT NULL,
         PRIMARY KEY (run_id, round, input_index)""",
     "candidates": """candidate_id TEXT NOT NULL, task_id TEXT NOT NULL, code TEXT NOT NULL,
         candidate_solver_version INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL,
@@ -59,7 +61,7 @@ TABLES: dict[str, str] = {
         rejected TEXT NOT NULL, chosen_candidate_id TEXT NOT NULL,
         rejected_candidate_id TEXT NOT NULL, chosen_score REAL NOT NULL,
         rejected_score REAL NOT NULL, pair_solver_version INTEGER NOT NULL,
-        pair_generator_version INTEGER NOT NULL,
+        pair_generator_version INTEGER NOT NULL, role TEXT NOT NULL,
         PRIMARY KEY (run_id, round, chosen_candidate_id, rejected_candidate_id)""",
     # Written once, when a round completes: the resume point (state) and its metrics.
     "rounds": """metrics TEXT NOT NULL, state TEXT NOT NULL,
@@ -90,13 +92,16 @@ class Versions:
 
 @dataclasses.dataclass(frozen=True)
 class GeneratorInput:
-    """One generator call: the prompt, what came back, and whether it parsed into a task."""
+    """One generator output: the prompt, what came back, whether it became a task, its reward."""
 
     index: int  # position in the round's generator outputs (the natural key)
     prompt: str
     completion: Completion
-    outcome: str  # "parsed" or why the text did not parse
-    task_id: str | None = None  # the parsed task, if any
+    outcome: str  # "admitted", or why the text is not a task (a parse or admission reason)
+    task_id: str | None = None  # the admitted task, if any
+    family: str = ""  # the task family the prompt asked for
+    pass_rate: float | None = None  # the solver's, on the admitted task (None: not solved)
+    reward: float | None = None  # the generator's reward (None: not known, no pair uses it)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,7 +58,8 @@ def generator_input(index: int = 0, text: str = "TASK ...") -> GeneratorInput:
     completion = Completion(text=text, prompt_tokens=30, completion_tokens=40,
                             finish_reason="stop", weights_version=1)
     return GeneratorInput(index=index, prompt="Write a task", completion=completion,
-                          outcome="parsed", task_id="t0")
+                          outcome="admitted", task_id="t0", family="codegen", pass_rate=0.5,
+                          reward=1.0)
 
 
 def metrics(round: int, run_id: str = "run", pass_at_1: float | None = 0.25) -> RoundMetrics:

@@ -1,0 +1,88 @@
+"""The generator's learning signal: a reward per generated task, and pairs or groups made of it.
+
+Reward (`generator_reward`): an output that is not an admitted task gets -1 (it did not parse,
+it was rejected by admission, or it copies a known task). An admitted task gets a learnability
+reward from the solver's pass rate p on it (K candidates):
+
+    band  1 - 2|p - 0.5| for 0 < p < 1, else 0   (the default)
+    azr   1 - p          for 0 < p < 1, else 0   (Absolute Zero's proposer reward)
+
+Both give nothing for a task nobody solves or everybody solves: neither teaches the solver. The
+default is `band` because the project's target is the zone of proximal development (a pass rate
+of 30-70%): it peaks at p = 0.5 and is symmetric, where `azr` peaks at the hardest solvable task
+and so pushes difficulty up until the solver fails (with K = 4 it pays 0.75 for p = 0.25, and
+0.25 for p = 0.75). Configurable: `loop.generator_reward`.
+
+Pairs: for one prompt, every output with a higher reward is preferred to every output with a
+lower one (the prompt's outputs are its n samples). Groups (GRPO): the prompt's outputs with
+their rewards, when there are two or more. An output whose reward is unknown (its task was
+admitted but a cap or a failure stopped the solver before it) is in neither.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+from spade_ray.records import CompletionGroup, PreferencePair, Role
+from spade_ray.tracking import GeneratorInput
+
+INVALID_REWARD = -1.0
+
+
+class GeneratorReward(enum.StrEnum):
+    BAND = "band"
+    AZR = "azr"
+
+
+def generator_reward(admitted: bool, pass_rate: float | None, kind: GeneratorReward
+                     ) -> float | None:
+    if not admitted:
+        return INVALID_REWARD
+    if pass_rate is None:
+        return None
+    if pass_rate <= 0.0 or pass_rate >= 1.0:
+        return 0.0
+    return 1.0 - 2.0 * abs(pass_rate - 0.5) if kind is GeneratorReward.BAND else 1.0 - pass_rate
+
+
+def output_id(round_index: int, item: GeneratorInput) -> str:
+    """A generator output's id where a pair needs a candidate id."""
+    return f"generator/r{round_index}/{item.index}"
+
+
+def build_generator_pairs(items: Sequence[GeneratorInput], round_index: int,
+                          solver_version: int) -> list[PreferencePair]:
+    """Pairs within each prompt's rewarded outputs, higher reward chosen."""
+    pairs = []
+    for outputs in _by_prompt(items):
+        for chosen in outputs:
+            for rejected in outputs:
+                if chosen.reward <= rejected.reward or chosen.completion.text == \
+                        rejected.completion.text:
+                    continue
+                pairs.append(PreferencePair(
+                    task_id=chosen.task_id or "", prompt=chosen.prompt,
+                    chosen=chosen.completion.text, rejected=rejected.completion.text,
+                    chosen_candidate_id=output_id(round_index, chosen),
+                    rejected_candidate_id=output_id(round_index, rejected),
+                    chosen_score=chosen.reward, rejected_score=rejected.reward,
+                    solver_version=solver_version,
+                    generator_version=chosen.completion.weights_version, role=Role.GENERATOR))
+    return pairs
+
+
+def build_generator_groups(items: Sequence[GeneratorInput]) -> list[CompletionGroup]:
+    return [CompletionGroup(prompt=outputs[0].prompt,
+                            completions=tuple(o.completion.text for o in outputs),
+                            rewards=tuple(o.reward for o in outputs),
+                            task_id=outputs[0].task_id or "")
+            for outputs in _by_prompt(items) if len(outputs) >= 2]
+
+
+def _by_prompt(items: Sequence[GeneratorInput]) -> list[list[GeneratorInput]]:
+    groups: dict[str, list[GeneratorInput]] = {}
+    for item in items:
+        if item.reward is not None:
+            groups.setdefault(item.prompt, []).append(item)
+    return list(groups.values())

@@ -1,0 +1,361 @@
+"""Admission by execution: a generated program becomes a task only if running it says it is one.
+
+Every rejection has a short, countable reason (the round's metrics count them):
+
+    static      forbidden:<name>        an import outside ALLOWED_IMPORTS, or a call that does
+                                        I/O or depends on the process (open, print, id, hash, ...)
+                module_code             top-level statements other than imports, defs, constants
+    run         reference_<status>      the reference run hit a limit or crashed
+                nondeterministic        two processes with different PYTHONHASHSEED disagree
+                reference_raises        too few inputs left once those the reference raises on
+                                        (or whose result is not plain data) are dropped
+                reference_slow          the reference needs more than `max_reference_cpu_s`
+    trivial     constant_outputs        every input gives the same output
+                trivial_passes:<name>   a null solver passes every example (a constant, an echo
+                                        of an argument, an object equal to everything)
+    adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
+                                        reference's mutants
+                no_killed_mutant        repair: no mutant is caught, so there is no bug to fix
+    integrity   reference_fails_examples the trusted grader does not reproduce the outputs
+    infra       sandbox_error           the sandbox failed twice (the task is not judged)
+
+How outputs become expected values: a driver program (trusted text, run in the sandbox like any
+candidate) runs the reference on every input in two fresh interpreters with PYTHONHASHSEED 1
+and 2 and prints each result's repr; the host turns the reprs back into values with
+ast.literal_eval and encodes them as canonical data. What the sandboxed program printed is not
+trusted: the reference is then checked against the examples by the trusted grader, out of its
+process, with exact types, and a task is admitted only if it passes every one. Dedup (exact
+normalised-AST hash and near-duplicates) happens before admission, in the generation stage.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import functools
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from spade_ray.execution import canonical
+from spade_ray.records import (
+    CheckResult,
+    ExecStatus,
+    IOExample,
+    Limits,
+    Task,
+    TaskFamily,
+    TaskSource,
+    TestSuite,
+)
+from spade_ray.tasks.format import Proposal, call_text
+from spade_ray.tasks.mutation import mutants
+
+ALLOWED_IMPORTS = frozenset({"math", "itertools", "functools", "collections", "string", "re",
+                             "heapq", "bisect", "operator", "typing", "fractions", "statistics"})
+FORBIDDEN_NAMES = frozenset({"open", "input", "print", "eval", "exec", "compile", "__import__",
+                             "globals", "locals", "vars", "breakpoint", "id", "hash", "exit",
+                             "quit", "help", "memoryview", "setattr", "delattr"})
+PREDICT_ENTRY = "answer"  # the function a predict candidate defines (families.py)
+MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
+NULL_CONSTANTS = {"none": "None", "zero": "0", "one": "1", "true": "True", "false": "False",
+                  "empty_str": "''", "empty_list": "[]", "empty_dict": "{}", "empty_tuple": "()"}
+ALWAYS_EQUAL = """
+    class Anything:
+        def __eq__(self, other):
+            return True
+        def __ne__(self, other):
+            return False
+    return Anything()
+"""
+
+# Runs in the sandbox: the reference on every input, in two interpreters with different hash
+# seeds, one JSON line out. Each interpreter prints [["ok", repr] | ["raise", type name], ...].
+RUNNER = r'''
+import ast, json, os, sys
+job = json.loads(sys.stdin.read())
+out = os.fdopen(os.dup(1), "w")
+null = os.open(os.devnull, os.O_WRONLY)
+os.dup2(null, 1)
+namespace = {"__name__": "reference"}
+exec(compile(job["source"], "<reference>", "exec"), namespace)
+results = []
+for args in job["calls"]:
+    try:
+        results.append(["ok", repr(namespace[job["entry"]](*ast.literal_eval(args)))])
+    except BaseException as e:
+        results.append(["raise", type(e).__name__])
+out.write(json.dumps(results))
+out.flush()
+'''
+DRIVER = r'''
+import json, subprocess, sys
+job = sys.stdin.read()
+runs = []
+for seed in ("1", "2"):
+    done = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=job, text=True,
+                          capture_output=True, env={"PYTHONHASHSEED": seed})
+    runs.append([done.returncode, done.stdout[-4000000:], done.stderr[-2000:]])
+print(json.dumps(runs))
+'''.replace("RUNNER", repr(RUNNER))
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionConfig:
+    min_examples: int = 2  # inputs the reference must answer (with plain data)
+    visible_examples: int = 2  # shown in codegen and repair prompts; all examples grade
+    max_mutants: int = 8
+    min_mutation_score: float = 0.5  # fraction of mutants the examples must kill
+    max_reference_cpu_s: float = 2.0  # the driver run (two interpreters, every input)
+    check_timeout_s: float = 0.5  # per null-solver / mutant / reference check (a mutant that
+    # loops is killed either way; the reference itself must answer well within it)
+
+    def __post_init__(self) -> None:
+        if self.min_examples < 1 or self.visible_examples < 0 or self.max_mutants < 0:
+            raise ValueError(f"admission: counts must be positive: {self}")
+        if not 0.0 <= self.min_mutation_score <= 1.0:
+            raise ValueError(f"admission.min_mutation_score must be in [0, 1], got "
+                             f"{self.min_mutation_score}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Admitted:
+    """A proposal's verdict: the task made of it (None when rejected) and why not."""
+
+    proposal: Proposal
+    family: TaskFamily
+    task: Task | None
+    reason: str  # "" when admitted
+    cpu_s: float  # sandbox CPU spent on it
+    mutation_score: float | None = None  # killed / mutants (None: no mutant, or not reached)
+
+    @property
+    def valid(self) -> bool:
+        return self.task is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Core:
+    """What the run established about a proposal: its examples, in input order."""
+
+    examples: tuple[IOExample, ...]
+    args: tuple[tuple[Any, ...], ...]  # examples[i] is the call with args[i]
+    cpu_s: float
+
+
+def static_reason(proposal: Proposal) -> str | None:
+    """Why the reference cannot be a task without running it, or None."""
+    tree = ast.parse(proposal.reference)
+    for node in tree.body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign)) and \
+                not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            return "module_code"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = [node.module or "."]
+        else:
+            modules = []
+        for module in modules:
+            if module.split(".")[0] not in ALLOWED_IMPORTS:
+                return f"forbidden:{module.split('.')[0] or 'relative_import'}"
+        if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+            return f"forbidden:{node.id}"
+        if isinstance(node, ast.Attribute) and node.attr.startswith("__"):
+            return f"forbidden:{node.attr}"
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            return "forbidden:global"
+    return None
+
+
+def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics: Sequence[str],
+          executor, limits: Limits, config: AdmissionConfig = AdmissionConfig(),
+          source: TaskSource = TaskSource.GENERATED, generator_version: int = -1
+          ) -> list[Admitted]:
+    """One verdict per proposal: `families[i]` and `topics[i]` are what proposal i becomes.
+    Sandbox work is batched and done once per distinct program and inputs (a seed proposal
+    listed once per family runs once): one driver run each, then one check batch for all."""
+    keys = [_job(p) for p in proposals]
+    first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> its first index
+    static = {key: static_reason(proposals[i]) for key, i in first.items()}
+    running = [key for key in first if static[key] is None]
+    # Two interpreters run every input: twice the task's limits, plus their start-up.
+    driver_limits = dataclasses.replace(limits, timeout_s=2 * limits.timeout_s + 1.0,
+                                        cpu_s=2 * limits.cpu_s + 1.0)
+    runs = executor.run_many([DRIVER] * len(running), running, limits=driver_limits)
+    cores: dict[str, _Core | str] = {key: reason for key, reason in static.items() if reason}
+    for key, run in zip(running, runs):
+        cores[key] = _core(proposals[first[key]], run, config)
+    checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
+                      if isinstance(core, _Core)}, executor, limits, config)
+    run_cpu = {key: run.cpu_s for key, run in zip(running, runs)}
+    verdicts = []
+    for i, (proposal, key) in enumerate(zip(proposals, keys)):
+        core = cores[key]
+        if isinstance(core, str):
+            verdict = Admitted(proposal, families[i], None, core, run_cpu.get(key, 0.0))
+        else:
+            verdict = _verdict(proposal, families[i], topics[i], core, checks[key], limits,
+                               config, source, generator_version)
+        if i != first[key]:  # the sandbox CPU of a shared run is counted once
+            verdict = dataclasses.replace(verdict, cpu_s=0.0)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def _job(proposal: Proposal) -> str:
+    return json.dumps({"source": proposal.reference, "entry": proposal.entry_point,
+                       "calls": [repr(args) for args in proposal.inputs]})
+
+
+def _core(proposal: Proposal, run, config: AdmissionConfig) -> _Core | str:
+    """The examples the driver's run establishes, or the rejection reason."""
+    if run.status is ExecStatus.SANDBOX_ERROR:
+        return "sandbox_error"
+    if run.status is not ExecStatus.OK:
+        return f"reference_{run.status.value}"
+    if run.cpu_s > config.max_reference_cpu_s:
+        return "reference_slow"
+    try:
+        (code1, out1, _), (code2, out2, _) = json.loads(run.stdout)
+        first, second = json.loads(out1), json.loads(out2)
+    except (ValueError, TypeError):
+        return "reference_error"  # the reference failed at import, or broke its own output
+    if code1 != 0 or code2 != 0 or len(first) != len(proposal.inputs):
+        return "reference_error"
+    if first != second:
+        return "nondeterministic"
+    examples, args = [], []
+    for inputs, (kind, text) in zip(proposal.inputs, first):
+        if kind != "ok" or not isinstance(text, str) or len(text) > MAX_REPR_CHARS:
+            continue
+        try:
+            examples.append(canonical.example(inputs, ast.literal_eval(text)))
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError,
+                canonical.NotPlainData):
+            continue  # not plain data (an object, NaN, a frozenset): not an example
+        args.append(inputs)
+    if len(examples) < config.min_examples:
+        return "reference_raises"
+    if len({e.expected for e in examples}) == 1:
+        return "constant_outputs"
+    return _Core(tuple(examples), tuple(args), run.cpu_s)
+
+
+def null_solvers(signature: str) -> dict[str, str]:
+    """Name -> program: the signature with a body that cannot solve a real task."""
+    programs = {name: f"{signature}\n    return {value}\n"
+                for name, value in NULL_CONSTANTS.items()}
+    node = ast.parse(signature + "\n    pass\n").body[0]
+    for param in node.args.posonlyargs + node.args.args:
+        programs[f"echo_{param.arg}"] = f"{signature}\n    return {param.arg}\n"
+    programs["always_equal"] = signature + ALWAYS_EQUAL
+    return programs
+
+
+def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
+            config: AdmissionConfig) -> dict[str, list[tuple[str, str, CheckResult]]]:
+    """The trusted checks of every proposal that ran: its reference, the null solvers and its
+    mutants against its examples; per proposal key, (role, program, result), reference first."""
+    jobs: list[tuple[str, str, str]] = []  # (key, role, program)
+    suites = {}
+    for key, (p, core) in cores.items():
+        suites[key] = TestSuite(examples=core.examples, entry_point=p.entry_point)
+        jobs.append((key, "reference", p.reference))
+        jobs += [(key, f"null:{name}", code) for name, code in null_solvers(p.signature).items()]
+        seed = int(hashlib.sha256(p.reference.encode()).hexdigest()[:8], 16)
+        jobs += [(key, "mutant", code) for code in mutants(p.reference, config.max_mutants, seed)]
+    check_limits = dataclasses.replace(limits, timeout_s=min(limits.timeout_s,
+                                                             config.check_timeout_s),
+                                       cpu_s=min(limits.cpu_s, config.check_timeout_s))
+    results = executor.check_many([code for _, _, code in jobs],
+                                  [suites[key] for key, _, _ in jobs],
+                                  limits=check_limits) if jobs else []
+    out: dict[str, list[tuple[str, str, CheckResult]]] = {key: [] for key in cores}
+    for (key, role, code), result in zip(jobs, results):
+        out[key].append((role, code, result))
+    return out
+
+
+def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
+             checks: list[tuple[str, str, CheckResult]], limits: Limits,
+             config: AdmissionConfig, source: TaskSource, generator_version: int) -> Admitted:
+    cpu = core.cpu_s + sum(r.execution.cpu_s for _, _, r in checks)
+    reject = functools.partial(Admitted, p, family, None, cpu_s=cpu)
+    reference = checks[0][2]
+    if reference.execution.status is ExecStatus.SANDBOX_ERROR:
+        return reject("sandbox_error")
+    if not reference.passed:
+        return reject("reference_fails_examples")
+    for role, _, result in checks:
+        if role.startswith("null:") and result.passed:
+            return reject(f"trivial_passes:{role.split(':', 1)[1]}")
+    judged = [(code, r) for role, code, r in checks
+              if role == "mutant" and r.execution.status is not ExecStatus.SANDBOX_ERROR]
+    killed = [(code, r) for code, r in judged if not r.passed]
+    score = len(killed) / len(judged) if judged else None
+    if score is not None and score < config.min_mutation_score:
+        return Admitted(p, family, None, "weak_examples", cpu, score)
+    buggy = None
+    if family is TaskFamily.REPAIR:
+        if not killed:
+            return Admitted(p, family, None, "no_killed_mutant", cpu, score)
+        # The subtlest caught bug: the mutant that passes the most examples.
+        buggy = max(killed, key=lambda k: sum(o.outcome == "passed" for o in k[1].outcomes))[0]
+    task = make_task(p, family, topic, core.examples, buggy, limits, config, source,
+                     generator_version)
+    return Admitted(p, family, task, "", cpu, score)
+
+
+def make_task(p: Proposal, family: TaskFamily, topic: str, examples: tuple[IOExample, ...],
+              buggy: str | None, limits: Limits, config: AdmissionConfig,
+              source: TaskSource, generator_version: int) -> Task:
+    """The task of `family` made of an admitted proposal and its examples."""
+    suite = TestSuite(examples=examples, entry_point=p.entry_point)
+    visible = examples[:config.visible_examples]
+    if family is TaskFamily.PREDICT:
+        # The question: the last input (the first ones are the generator's simplest); the
+        # answer is the output as data, returned by the candidate's `answer()`.
+        asked = examples[-1]
+        visible = (asked,)
+        suite = TestSuite(examples=(IOExample(args=canonical.encode(()),
+                                              expected=asked.expected),),
+                          entry_point=PREDICT_ENTRY)
+    blob = json.dumps([family, p.description, p.reference, [dataclasses.astuple(e)
+                                                             for e in suite.examples], buggy])
+    return Task(task_id=hashlib.sha256(blob.encode()).hexdigest()[:16], family=family,
+                topic=topic, description=p.description, entry_point=p.entry_point,
+                signature=p.signature, tests=suite, reference=p.reference, buggy=buggy,
+                visible=visible, limits=limits, source=source,
+                generator_version=generator_version)
+
+
+def shown_call(task: Task, example: IOExample) -> str:
+    """`f(1, 'a')` for an example of `task`."""
+    return call_text(task.entry_point, canonical.decode(example.args))
+
+
+def normalised_hash(reference: str) -> str:
+    """Same for programs that differ only in names, docstrings, comments and layout."""
+    tree = ast.parse(reference)
+    names: dict[str, str] = {}
+
+    def rename(name: str) -> str:
+        return names.setdefault(name, f"v{len(names)}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.name = rename(node.name)
+            if (node.body and isinstance(node.body[0], ast.Expr)
+                    and isinstance(node.body[0].value, ast.Constant)
+                    and isinstance(node.body[0].value.value, str)):
+                node.body = node.body[1:] or [ast.Pass()]
+            node.returns = None
+        elif isinstance(node, ast.arg):
+            node.arg, node.annotation = rename(node.arg), None
+        elif isinstance(node, ast.Name) and not hasattr(builtins, node.id):
+            node.id = rename(node.id)
+    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()[:16]

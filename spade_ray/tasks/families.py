@@ -1,0 +1,87 @@
+"""Task families on the solver's side: the prompt each shows, and what a completion becomes.
+
+One admitted program (tasks/admission.py) can become a task of any family:
+
+    codegen  write the function from its description and the visible examples; every example
+             grades (exact data, compared by the trusted grader)
+    repair   the same, given a mutant of the reference that the examples catch
+    predict  given the program and one call, state the result; the answer is graded as data:
+             the candidate's text must be a Python literal (ast.literal_eval, run in the
+             sandbox), never code that could run the program it was shown
+
+Each family has its own prompt template (conf/prompts/<variant>.yaml, keyed by family) and few-
+shot examples of the same family. A candidate's `code` is what the model wrote (so preference
+pairs train on the model's own text); `executable` is what the sandbox runs for it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from spade_ray.execution import canonical
+from spade_ray.records import Task, TaskFamily
+from spade_ray.tasks.admission import PREDICT_ENTRY
+from spade_ray.tasks.format import call_text
+from spade_ray.tasks.templates import PromptTemplate, render
+
+_CODE_BLOCK = re.compile(r"```(?:python)?\n(.*?)(?:```|$)", re.DOTALL)
+
+
+def solver_prompt(templates: dict[str, PromptTemplate], task: Task, examples: list[Task],
+                  shots: int, tokenizer=None) -> str:
+    """The prompt of `task`'s family, with the first `shots` examples of the same family other
+    than the task itself (a replayed seed task must not show its own solution)."""
+    chosen = [t for t in examples if t.family == task.family and t.task_id != task.task_id]
+    shown = [{**fields(t), "solution": solution(t)} for t in chosen[:shots]]
+    return render(templates[task.family], shown, tokenizer, **fields(task))
+
+
+def fields(task: Task) -> dict[str, str]:
+    """What a family's template may show of a task."""
+    if task.family is TaskFamily.PREDICT:
+        shown = shown_call(task, 0)
+    else:
+        shown = "\n".join(f"{shown_call(task, i)} == {canonical.decode(e.expected)!r}"
+                          for i, e in enumerate(task.visible))
+        shown = f"Examples:\n{shown}" if shown else ""
+    return {"description": task.description, "signature": task.signature, "shown": shown,
+            "buggy": (task.buggy or "").rstrip(), "program": task.reference.rstrip()}
+
+
+def solution(task: Task) -> str:
+    """The answer a few-shot example shows: the reference, or the predicted value."""
+    if task.family is TaskFamily.PREDICT:
+        return repr(canonical.decode(task.tests.examples[0].expected))
+    return task.reference.rstrip()
+
+
+def shown_call(task: Task, index: int) -> str:
+    """`f(1, 'a')`: the call of the task's visible example `index`."""
+    return call_text(task.entry_point, canonical.decode(task.visible[index].args))
+
+
+def candidate_program(task: Task, completion: str, chat: bool) -> str:
+    """What the solver wrote, as the candidate's code: for a base model the signature the prompt
+    ended with plus the body it continued with; for a chat model its code block; for predict,
+    the answer's first line (a literal)."""
+    if chat:
+        match = _CODE_BLOCK.search(completion)
+        code = (match.group(1) if match else completion).strip("\n") + "\n"
+    elif task.family is TaskFamily.PREDICT:
+        code = completion
+    else:
+        code = f"{task.signature}{completion}".rstrip() + "\n"
+    if task.family is TaskFamily.PREDICT:
+        code = next((line.strip() for line in code.splitlines() if line.strip()), "")
+    # What the model wrote is run as it is, even when it cannot run: a NUL byte (which the
+    # sandbox refuses as input) becomes U+FFFD, a syntax error the candidate is scored on.
+    code = code.replace("\x00", "\ufffd")
+    return code if code.strip() else "# the model wrote nothing\n"
+
+
+def executable(task: Task, code: str) -> str:
+    """The program the sandbox checks for a candidate's code. A predict answer is evaluated as
+    a literal inside the candidate's process: a call, a name or an expression is an error."""
+    if task.family is TaskFamily.PREDICT:
+        return f"import ast\n\n\ndef {PREDICT_ENTRY}():\n    return ast.literal_eval({code!r})\n"
+    return code

@@ -1,0 +1,59 @@
+"""The generator's reward, pairs and groups."""
+
+import pytest
+
+from spade_ray.preferences.generator import (
+    GeneratorReward,
+    build_generator_groups,
+    build_generator_pairs,
+    generator_reward,
+)
+from spade_ray.records import Completion, Role
+from spade_ray.tracking import GeneratorInput
+
+BAND, AZR = GeneratorReward.BAND, GeneratorReward.AZR
+
+
+@pytest.mark.parametrize("admitted, rate, band, azr", [
+    (False, None, -1.0, -1.0),  # not a task: the worst
+    (True, 0.0, 0.0, 0.0), (True, 1.0, 0.0, 0.0),  # nobody / everybody solves it
+    (True, 0.5, 1.0, 0.5), (True, 0.25, 0.5, 0.75), (True, 0.75, 0.5, 0.25),
+    (True, None, None, None),  # admitted, never solved (a cap stopped it): unknown
+])
+def test_reward(admitted, rate, band, azr):
+    assert generator_reward(admitted, rate, BAND) == band
+    assert generator_reward(admitted, rate, AZR) == azr
+
+
+def output(index, prompt, text, reward, task_id=None):
+    return GeneratorInput(index=index, prompt=prompt,
+                          completion=Completion(text, 10, 20, "stop", 3), outcome="x",
+                          task_id=task_id, family="codegen", reward=reward)
+
+
+def test_pairs_prefer_the_better_task_within_a_prompt_only():
+    items = [output(0, "p1", "good", 1.0, "t0"), output(1, "p1", "bad", -1.0),
+             output(2, "p1", "meh", 0.0, "t2"), output(3, "p2", "other", -1.0),
+             output(4, "p1", "unknown", None, "t4")]
+    pairs = build_generator_pairs(items, round_index=5, solver_version=2)
+    assert {(p.chosen, p.rejected) for p in pairs} == {("good", "bad"), ("good", "meh"),
+                                                       ("meh", "bad")}
+    first = pairs[0]
+    assert first.role is Role.GENERATOR and first.prompt == "p1" and first.task_id == "t0"
+    assert first.chosen_candidate_id == "generator/r5/0"
+    assert (first.generator_version, first.solver_version) == (3, 2)
+
+
+def test_equal_rewards_and_identical_texts_make_no_pair():
+    items = [output(0, "p", "a", 0.5, "t"), output(1, "p", "b", 0.5, "u"),
+             output(2, "p", "a", -1.0)]
+    pairs = build_generator_pairs(items, 0, 0)
+    assert [(p.chosen_candidate_id, p.rejected_candidate_id) for p in pairs] == \
+        [("generator/r0/1", "generator/r0/2")]
+
+
+def test_groups_need_two_rewarded_outputs_of_a_prompt():
+    items = [output(0, "p1", "a", 1.0, "t"), output(1, "p1", "b", -1.0),
+             output(2, "p2", "c", 0.0, "u")]
+    (group,) = build_generator_groups(items)
+    assert group.prompt == "p1" and group.rewards == (1.0, -1.0)

@@ -1,0 +1,159 @@
+"""Admission by execution: one task per rule, breaking exactly that rule (real sandbox)."""
+
+import dataclasses
+
+import pytest
+
+from spade_ray.execution import canonical
+from spade_ray.records import Limits, TaskFamily
+from spade_ray.tasks.admission import AdmissionConfig, admit, normalised_hash, null_solvers
+from spade_ray.tasks.format import parse_proposal
+
+CODEGEN, REPAIR, PREDICT = TaskFamily.CODEGEN, TaskFamily.REPAIR, TaskFamily.PREDICT
+LIMITS = Limits(timeout_s=1.0, cpu_s=1.0)
+
+
+def proposal(body: str, inputs: str, description: str = "Do it."):
+    return parse_proposal(f"Description: {description}\nReference:\n{body}\nInputs:\n{inputs}")
+
+
+GOOD = proposal("def clip_sum(xs: list[int], k: int) -> int:\n"
+                "    total = 0\n"
+                "    for x in xs:\n"
+                "        if x <= k:\n"
+                "            total += x\n"
+                "    return total\n",
+                "clip_sum([1, 2, 3], 2)\nclip_sum([5, 1, 2], 5)\nclip_sum([], 3)\n"
+                "clip_sum([4, 4], 4)")
+
+
+def verdict(sandbox, p, family=CODEGEN, config=AdmissionConfig(), limits=LIMITS):
+    return admit([p], [family], ["lists"], sandbox, limits, config)[0]
+
+
+@pytest.mark.parametrize("family", list(TaskFamily))
+def test_a_good_program_becomes_a_task_of_every_family(sandbox, family):
+    v = verdict(sandbox, GOOD, family)
+    assert v.valid, v.reason
+    task = v.task
+    assert task.family is family and task.topic == "lists"
+    assert v.mutation_score is not None and v.mutation_score >= 0.5
+    if family is PREDICT:
+        assert len(task.tests.examples) == 1 and task.tests.entry_point == "answer"
+        assert canonical.decode(task.visible[0].args) == ([4, 4], 4)
+        assert canonical.decode(task.tests.examples[0].expected) == 8
+    else:
+        assert [canonical.decode(e.expected) for e in task.tests.examples] == [3, 8, 0, 8]
+        assert len(task.visible) == 2
+    if family is REPAIR:
+        assert task.buggy and task.buggy != task.reference
+        assert not sandbox.check(task.buggy, task.tests).passed
+        assert sandbox.check(task.reference, task.tests).passed
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("import random\ndef f(n: int) -> int:\n    return random.randint(0, n)", "forbidden:random"),
+    ("import os\ndef f(n: int) -> int:\n    return n + len(os.listdir('.'))", "forbidden:os"),
+    ("def f(n: int) -> int:\n    print(n)\n    return n + 1", "forbidden:print"),
+    ("def f(n: int) -> int:\n    return id(n) % 7 + n", "forbidden:id"),
+    ("def f(n: int) -> int:\n    return n.__class__(n + 1)", "forbidden:__class__"),
+    ("C = [0]\ndef f(n: int) -> int:\n    global C\n    C[0] += 1\n    return n + C[0]",
+     "forbidden:global"),
+    ("for i in range(3):\n    pass\ndef f(n: int) -> int:\n    return n + 1", "module_code"),
+])
+def test_static_rules(sandbox, body, reason):
+    assert verdict(sandbox, proposal(body, "f(1)\nf(2)")).reason == reason
+
+
+def test_a_reference_that_loops_forever_is_a_timeout(sandbox):
+    p = proposal("def f(n: int) -> int:\n    while True:\n        n += 1", "f(1)\nf(2)")
+    assert verdict(sandbox, p).reason == "reference_timeout"
+
+
+def test_a_reference_that_depends_on_the_hash_seed_is_nondeterministic(sandbox):
+    p = proposal("def f(s: str) -> list:\n    return list(set(s.split()))",
+                 "f('a b c d e f')\nf('x y z w v')")
+    assert verdict(sandbox, p).reason == "nondeterministic"
+
+
+def test_inputs_the_reference_raises_on_are_dropped_until_too_few_remain(sandbox):
+    p = proposal("def f(n: int) -> int:\n    return 10 // n", "f(0)\nf(2)\nf(5)")
+    v = verdict(sandbox, p)
+    assert v.valid and [canonical.decode(e.args) for e in v.task.tests.examples] == [(2,), (5,)]
+    assert verdict(sandbox, p, config=AdmissionConfig(min_examples=3)).reason == \
+        "reference_raises"
+
+
+def test_an_output_that_is_not_plain_data_is_not_an_example(sandbox):
+    p = proposal("def f(n: int) -> float:\n    return n * 2 if n > 1 else float('nan')",
+                 "f(0)\nf(2)\nf(3)")
+    v = verdict(sandbox, p)
+    assert v.valid and len(v.task.tests.examples) == 2
+
+
+def test_a_slow_reference_is_rejected(sandbox):
+    p = proposal("def f(n: int) -> int:\n    t = 0\n    for i in range(n):\n        t += i\n"
+                 "    return t", "f(3000000)\nf(3000001)")
+    assert verdict(sandbox, p, config=AdmissionConfig(max_reference_cpu_s=0.2)).reason == \
+        "reference_slow"
+
+
+def test_constant_outputs_are_rejected(sandbox):
+    p = proposal("def f(s: str) -> bool:\n    return len(s) >= 0", "f('a')\nf('bc')")
+    assert verdict(sandbox, p).reason == "constant_outputs"
+
+
+def test_a_task_an_echo_solves_is_trivial(sandbox):
+    p = proposal("def f(xs: list) -> list:\n    return sorted(xs)", "f([1, 2])\nf([3, 5, 9])")
+    assert verdict(sandbox, p).reason == "trivial_passes:echo_xs"
+
+
+def test_examples_that_kill_few_mutants_are_weak(sandbox):
+    p = proposal("def f(a: int, b: int) -> int:\n    return a + b if a < 1000 else a - b",
+                 "f(1, 2)\nf(3, 4)")
+    v = verdict(sandbox, p)
+    assert v.reason == "weak_examples" and v.mutation_score < 0.5
+    assert verdict(sandbox, p, config=AdmissionConfig(min_mutation_score=0.0)).valid
+
+
+def test_repair_needs_a_mutant_the_examples_catch(sandbox):
+    p = proposal("def f(s: str) -> str:\n    return s.upper()", "f('a')\nf('bc')")
+    assert verdict(sandbox, p, CODEGEN).valid
+    assert verdict(sandbox, p, REPAIR).reason == "no_killed_mutant"
+
+
+def test_a_reference_whose_printed_output_lies_fails_the_trusted_check(sandbox):
+    # repr says 'a', but the value is a str subclass: not plain data for the grader.
+    p = proposal("def f(s: str) -> str:\n    class S(str):\n        pass\n"
+                 "    return S(s + s[:1])", "f('a')\nf('bc')")
+    assert verdict(sandbox, p).reason == "reference_fails_examples"
+
+
+def test_null_solvers_cover_constants_echoes_and_an_always_equal_object():
+    names = set(null_solvers("def f(a: int, b: str = 'x') -> int:"))
+    assert {"none", "zero", "empty_list", "echo_a", "echo_b", "always_equal"} <= names
+
+
+def test_the_always_equal_object_never_passes(sandbox):
+    programs = null_solvers(GOOD.signature)
+    task = verdict(sandbox, GOOD).task
+    assert not sandbox.check(programs["always_equal"], task.tests).passed
+
+
+def test_sandbox_cpu_of_a_program_listed_for_several_families_counts_once(sandbox):
+    v = admit([GOOD] * 3, list(TaskFamily), ["lists"] * 3, sandbox, LIMITS)
+    assert all(x.valid for x in v) and v[0].cpu_s > 0 and v[1].cpu_s == v[2].cpu_s == 0
+
+
+def test_normalised_hash_ignores_names_docstrings_and_layout():
+    a = ("def total(xs):\n    '''Sum.'''\n    s = 0\n    for x in xs:\n        s += x\n"
+         "    return s\n")
+    b = "def add_all(values: list) -> int:\n    acc = 0\n    for v in values:  # loop\n" \
+        "        acc += v\n    return acc\n"
+    assert normalised_hash(a) == normalised_hash(b)
+    assert normalised_hash(a) != normalised_hash(a.replace("s += x", "s -= x"))
+
+
+def test_limits_of_the_task_are_kept(sandbox):
+    limits = dataclasses.replace(LIMITS, memory_mb=200)
+    assert verdict(sandbox, GOOD, limits=limits).task.limits == limits

@@ -1,0 +1,118 @@
+"""Task families on the solver's side: prompts, candidate programs, grading (real sandbox)."""
+
+import random
+
+import pytest
+
+from spade_ray.execution import canonical
+from spade_ray.records import TaskFamily
+from spade_ray.tasks import candidate_program, executable
+from spade_ray.tasks.admission import AdmissionConfig
+from spade_ray.tasks.diversity import most_similar
+from spade_ray.tasks.families import shown_call, solver_prompt
+from spade_ray.tasks.format import parse_proposal
+from spade_ray.tasks.prompting import (
+    family_schedule,
+    generator_prompt,
+    render_task,
+    topic_schedule,
+)
+from spade_ray.tasks.seeds import admit_seeds, load_seed_proposals
+from spade_ray.tasks.templates import load_prompts
+from tests.tasks.conftest import LIMITS
+
+FEWSHOT = load_prompts("fewshot")
+
+
+def of(seeds, family, name=None):
+    return next(t for t in seeds if t.family is family and (name is None or t.entry_point == name))
+
+
+def test_the_seed_pool_is_big_varied_and_every_seed_is_admitted(sandbox, seeds):
+    proposals = load_seed_proposals()
+    assert len(proposals) >= 40 and len({t for t, _ in proposals}) >= 7
+    fresh = admit_seeds(sandbox, LIMITS, AdmissionConfig())  # not the cache: admission itself
+    assert fresh == seeds
+    for family in TaskFamily:
+        assert sum(t.family is family for t in seeds) >= 30
+
+
+def test_codegen_prompt_shows_examples_and_ends_at_the_signature(seeds):
+    task = of(seeds, TaskFamily.CODEGEN, "count_vowels")
+    prompt = solver_prompt(FEWSHOT, task, seeds, 2)
+    assert prompt.rstrip().endswith(task.signature)
+    assert f"Examples:\n{shown_call(task, 0)} == " in prompt.split("### Task")[-1]
+    assert task.reference.strip() not in prompt  # a replayed seed never shows its solution
+    assert prompt.count("### Task") == 3  # two examples of the same family + the task
+
+
+def test_codegen_candidate_is_signature_plus_body_and_runs_as_written(sandbox, seeds):
+    task = of(seeds, TaskFamily.CODEGEN, "reverse_string")
+    code = candidate_program(task, "\n    return s[::-1]\n### Task", chat=False)
+    assert code.startswith(task.signature) and executable(task, code) == code
+    assert sandbox.check(code, task.tests).passed
+    assert not sandbox.check(candidate_program(task, "\n    return s", False), task.tests).passed
+
+
+def test_repair_prompt_shows_the_buggy_program_and_the_fix_is_graded(sandbox, seeds):
+    task = of(seeds, TaskFamily.REPAIR)
+    prompt = solver_prompt(FEWSHOT, task, seeds, 1)
+    assert task.buggy.rstrip() in prompt and prompt.rstrip().endswith(task.signature)
+    assert sandbox.check(task.reference, task.tests).passed
+    assert not sandbox.check(task.buggy, task.tests).passed
+
+
+def test_predict_is_graded_as_data_and_code_is_not_an_answer(sandbox, seeds):
+    task = of(seeds, TaskFamily.PREDICT, "reverse_string")
+    prompt = solver_prompt(FEWSHOT, task, seeds, 2)
+    assert prompt.endswith(f"### Call\n{shown_call(task, 0)}\n### Output\n")
+    answer = repr(canonical.decode(task.tests.examples[0].expected))
+    right = candidate_program(task, f"{answer}\n### Program", chat=False)
+    assert right == answer
+    assert sandbox.check(executable(task, right), task.tests).passed
+    for wrong in ("'nope'", f"({answer})[::-1][::-1] if True else 0",
+                  "__import__('os').system('true')", f"reverse_string({answer})"):
+        result = sandbox.check(executable(task, wrong), task.tests)
+        assert not result.passed, wrong
+
+
+def test_chat_candidates_come_from_the_code_block(seeds):
+    task = of(seeds, TaskFamily.CODEGEN)
+    answer = "Sure!\n```python\ndef f(x):\n    return x + x\n```\nDone."
+    assert candidate_program(task, answer, chat=True) == "def f(x):\n    return x + x\n"
+    predict = of(seeds, TaskFamily.PREDICT)
+    assert candidate_program(predict, "```python\n[1, 2]\n```", chat=True) == "[1, 2]"
+
+
+def test_unrunnable_model_output_still_becomes_a_program(seeds):
+    task = of(seeds, TaskFamily.CODEGEN)
+    assert "\x00" not in candidate_program(task, "\n    return\x00 x", chat=False)
+    assert candidate_program(task, "   ", chat=True).strip()
+    assert candidate_program(of(seeds, TaskFamily.PREDICT), "\n\n", chat=False).strip()
+
+
+def test_generator_prompt_shows_programs_with_inputs_and_ends_at_the_new_task(seeds):
+    text = generator_prompt(FEWSHOT["generator"], "strings", seeds, 2, random.Random(0))
+    assert text.count("Description:") == 2 and text.count("Inputs:") == 2
+    assert text.endswith("### Topic\nstrings\n### Task\n")
+    for block in text.split("### Task\n")[1:-1]:
+        parse_proposal(block.split("### END")[0])  # the shots are in the format asked for
+
+
+def test_schedules_rotate_topics_and_families():
+    assert topic_schedule(["a", "b", "c"], 6, 0) == ["a", "a", "b", "b", "c", "c"]
+    families = list(TaskFamily)
+    assert family_schedule(families, 4, 0)[:3] == families
+    assert family_schedule(families, 3, 1)[0] == families[1]
+    with pytest.raises(ValueError, match="families"):
+        family_schedule([], 2, 0)
+
+
+def test_a_renamed_copy_of_a_seed_is_a_near_duplicate(seeds):
+    word_counts = of(seeds, TaskFamily.CODEGEN, "word_counts")
+    copy = parse_proposal(render_task(word_counts).replace("word_counts", "count_words"))
+    codegen = [t for t in seeds if t.family is TaskFamily.CODEGEN]
+    match, similarity = most_similar(copy, codegen)
+    assert match is word_counts and similarity >= 0.8
+    others = [t for t in codegen if t is not word_counts]
+    assert most_similar(word_counts, others)[1] < 0.5

@@ -1,0 +1,56 @@
+"""The generator's text format: a description, a reference, inputs; strict, with reasons."""
+
+import pytest
+
+from spade_ray.tasks.format import TaskFormatError, parse_proposal, render_proposal
+
+GOOD = """Description: Double a number.
+Reference:
+def double(x: int) -> int:
+    return 2 * x
+Inputs:
+double(2)
+double(-1)
+double(2)
+"""
+
+
+def test_parse_keeps_distinct_inputs_in_order_and_renders_back():
+    p = parse_proposal(GOOD)
+    assert (p.entry_point, p.signature) == ("double", "def double(x: int) -> int:")
+    assert p.inputs == ((2,), (-1,))
+    assert parse_proposal(render_proposal(p.description, p.reference, p.calls)) == p
+
+
+def test_inputs_end_at_the_first_line_that_is_not_a_call():
+    text = GOOD + "double(5)\nThis is a rambling model that goes on\ndouble(7)\n"
+    assert parse_proposal(text).inputs == ((2,), (-1,), (5,))
+
+
+def test_helper_functions_are_allowed_and_the_inputs_name_the_entry_point():
+    text = GOOD.replace("def double", "def _twice(x):\n    return x + x\n\ndef double")
+    assert parse_proposal(text).entry_point == "double"
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("Description: x\nReference:\ndef f(a):\n    return a\n", "missing_section"),
+    (GOOD.replace("    return 2 * x", "    return 2 *"), "reference_syntax"),
+    (GOOD.replace("def double(x: int) -> int:\n    return 2 * x", "x = 1"), "no_function"),
+    (GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", "double(y)"), "no_inputs"),
+    (GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", "double(2)"), "too_few_inputs"),
+    (GOOD.replace("double(2)\ndouble(-1)", "triple(2)\ntriple(3)"),
+     "input_calls_unknown_function"),
+    (GOOD.replace("double(-1)", "double(1, 2)"), "input_arity"),
+    (GOOD.replace("def double(x: int) -> int:", "def double(x: int\n           ) -> int:"),
+     "bad_signature"),
+])
+def test_each_malformed_text_is_rejected_with_its_reason(text, reason):
+    with pytest.raises(TaskFormatError) as e:
+        parse_proposal(text)
+    assert e.value.reason == reason
+
+
+def test_deeply_nested_or_huge_literals_are_not_inputs():
+    deep = "double(" + "[" * 5000 + "]" * 5000 + ")"
+    with pytest.raises(TaskFormatError, match="no_inputs"):
+        parse_proposal(GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", deep))
