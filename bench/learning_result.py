@@ -1,5 +1,6 @@
 """What a run learnt: HumanEval pass@1 of the base model and of the run's last accepted weights,
-the new-task pass rate of its first and last rounds, each with its sample count and a 95%
+the admitted rate of generated tasks and the new-task pass rate of its first and last rounds
+(with the per-round generator and pair figures), each with its sample count and a 95%
 confidence interval, and the held-out log-prob per token of the canonical solutions (the
 update gate's signal) for both models.
 
@@ -112,6 +113,7 @@ def main() -> int:
         f"r{m.round} {m.validation_pass_at_1:.3f}/{m.validation_problems}"
         for m in metrics if m.validation_pass_at_1 is not None))
 
+    report_self_play(metrics)
     report_new_task_pass_rate(metrics[0], metrics[-1])
 
     base = resolve_model(args.model)
@@ -131,6 +133,25 @@ def main() -> int:
     report_pass_at_1(results, args.samples, args.max_tokens)
     report_heldout(scored)
     return 0
+
+
+def report_self_play(metrics: list[RoundMetrics]) -> None:
+    """Per round: admitted generated tasks, pairs (on generated tasks, of the generator), the
+    generator's mean reward; then the admitted rate of the first and the last round."""
+    print("\nper round: admitted/proposed generator outputs, pairs (on generated tasks, "
+          "generator), mean generator reward, admitted tasks per family")
+    for m in metrics:
+        reward = "n/a" if m.generator_reward_mean is None else f"{m.generator_reward_mean:+.2f}"
+        families = ", ".join(f"{f} {n}" for f, n in m.family_tasks) or "-"
+        print(f"  r{m.round}: {m.tasks_valid}/{m.tasks_proposed} admitted | pairs {m.pairs} "
+              f"({m.pairs_from_generated} generated, {m.generator_pairs} generator) | reward "
+              f"{reward} | {families}")
+    print("\nadmitted rate (generator outputs that became tasks)")
+    for label, m in (("first round", metrics[0]), ("last round", metrics[-1])):
+        low, high = wilson(m.tasks_valid, m.tasks_proposed)
+        print(f"  {label:<12} round {m.round}: " + (
+            f"{m.tasks_valid}/{m.tasks_proposed} = {m.valid_task_rate:.3f}  95% CI "
+            f"[{low:.3f}, {high:.3f}]" if m.tasks_proposed else "no generator output"))
 
 
 def report_new_task_pass_rate(first: RoundMetrics, last: RoundMetrics) -> None:

@@ -95,7 +95,7 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                 generation=stages.Generation(
                     cluster["generator"], templates["generator"],
                     role_sampling(model.roles["generator"]), loop_cfg.few_shot,
-                    loop_cfg.max_similarity, limits, admission),
+                    loop_cfg.max_similarity, limits, admission, loop_cfg.frame_tokens),
                 solving=stages.Solving(
                     cluster["solver"], {f: templates[f] for f in TaskFamily},
                     templates["codegen"].chat, solver_sampling, loop_cfg.few_shot, seeds),

@@ -91,6 +91,7 @@ class LoopConfig:
     families: list[str] = dataclasses.field(
         default_factory=lambda: [str(f) for f in TaskFamily])  # round-robin over prompts
     generator_reward: str = GeneratorReward.BAND  # preferences.generator
+    frame_tokens: int = 96  # continue generator outputs that lack inputs (0: off)
     admission: AdmissionSettings = dataclasses.field(default_factory=AdmissionSettings)
     seed: int = 0
     caps: CapsConfig = dataclasses.field(default_factory=CapsConfig)

@@ -41,7 +41,7 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     record = run.recorder.start_round(index, run.served_versions())
     budget = Budget(run.loop.caps)
     known = [*run.seeds, *state.archive]
-    replay, cursor = stages.replay_tasks(known, state.replay_cursor,
+    replay, cursor = stages.replay_tasks(run.seeds, state.archive, state.replay_cursor,
                                          run.loop.replay_tasks_per_round)
     solve_execute_score(run, record, budget, replay, generated=False)
     solving = True  # until a cap is reached; a chunk already generated is still recorded

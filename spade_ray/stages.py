@@ -32,6 +32,7 @@ from spade_ray.preferences.generator import (
 from spade_ray.records import (
     Candidate,
     CheckResult,
+    Completion,
     CompletionGroup,
     Limits,
     PreferencePair,
@@ -46,7 +47,7 @@ from spade_ray.tasks import candidate_program, executable
 from spade_ray.tasks.admission import AdmissionConfig, Admitted, admit, normalised_hash
 from spade_ray.tasks.diversity import most_similar
 from spade_ray.tasks.families import solver_prompt
-from spade_ray.tasks.format import Proposal, TaskFormatError, parse_proposal
+from spade_ray.tasks.format import Proposal, TaskFormatError, inputs_frame, parse_proposal
 from spade_ray.tasks.prompting import generator_prompt
 from spade_ray.tasks.templates import PromptTemplate
 from spade_ray.tracking import GeneratorInput
@@ -82,6 +83,7 @@ class Generation:
     max_similarity: float  # a new task this close to a known one is a near-duplicate
     limits: Limits
     admission: AdmissionConfig = AdmissionConfig()
+    frame_tokens: int = 0  # > 0: continue outputs that lack their inputs (`complete_frames`)
 
     def generate(self, work: Sequence[tuple[str, TaskFamily]], known: Sequence[Task],
                  rng: random.Random, meter: TokenMeter, executor: Executor) -> GeneratedChunk:
@@ -89,6 +91,8 @@ class Generation:
                    for topic, _ in work]
         started = time.monotonic()
         sample = _sample(self.engines, prompts, self.sampling, meter, resample_rounds=1)
+        if self.frame_tokens:
+            self.complete_frames(prompts, sample.completions, meter)
         generate_s = time.monotonic() - started
         seen = list(known)
         hashes = {normalised_hash(t.reference) for t in known}
@@ -115,6 +119,29 @@ class Generation:
                                          if verdict is not None and verdict.valid else None))
         return GeneratedChunk(tuple(work), tuple(inputs), tuple(admitted), generate_s,
                               time.monotonic() - started)
+
+    def complete_frames(self, prompts: list[str], groups: list[list[Completion]],
+                        meter: TokenMeter) -> None:
+        """Constrain the frame of the task format where the model left it: an output with a
+        description and a reference but no usable inputs is continued (in place) from
+        `...Inputs:\n<its function>(`, for at most `frame_tokens` tokens. The hf backend has
+        no grammar-constrained decoding; forcing the one section small models most often drop
+        is the part of it that matters here (bench/generator_admission.py measures it)."""
+        todo = [(i, k, frame) for i, group in enumerate(groups) for k, c in enumerate(group)
+                if (frame := inputs_frame(c.text)) is not None]
+        if not todo:
+            return
+        sampling = dataclasses.replace(self.sampling, n=1, max_tokens=self.frame_tokens,
+                                       stop=(*self.sampling.stop, "\n### ", "\nDescription:"))
+        sample = _sample(self.engines, [prompts[i] + frame for i, _, frame in todo], sampling,
+                         meter, resample_rounds=0)
+        for (i, k, frame), continued in zip(todo, sample.completions):
+            if not continued:  # lost with a dead engine: the output stays as it was
+                continue
+            first, more = groups[i][k], continued[0]
+            groups[i][k] = dataclasses.replace(
+                more, text=frame + more.text,
+                completion_tokens=first.completion_tokens + more.completion_tokens)
 
     def _parse(self, text: str, known: list, hashes: set[str]) -> tuple[str, Proposal | None]:
         """("parsed", proposal), or (the reason, None); a parsed proposal joins `known`."""
@@ -276,12 +303,16 @@ def complete(engines: RoleEngines):
     return generate
 
 
-def replay_tasks(known: Sequence[Task], cursor: int, count: int) -> tuple[list[Task], int]:
-    """Seed and archived tasks the solver also attempts this round (rotating through them);
-    the tasks and the next round's cursor."""
-    count = min(count, len(known))
-    chosen = [known[(cursor + i) % len(known)] for i in range(count)]
-    return chosen, (cursor + count) % max(1, len(known))
+def replay_tasks(seeds: Sequence[Task], archive: Sequence[Task], cursor: int, count: int
+                 ) -> tuple[list[Task], int]:
+    """The tasks the solver also attempts this round, besides the new ones: up to half of
+    `count` from the archive of this run's generated tasks (the newest first: they are the
+    generator's, and pairs on them are self-play's), the rest rotating through the seeds; the
+    tasks and the next round's seed cursor."""
+    from_archive = list(reversed(archive))[:(count + 1) // 2]
+    count = min(count - len(from_archive), len(seeds))
+    chosen = [seeds[(cursor + i) % len(seeds)] for i in range(count)]
+    return from_archive + chosen, (cursor + count) % max(1, len(seeds))
 
 
 def update_archive(archive: Sequence[Task], new: Sequence[Task], size: int) -> tuple[Task, ...]:

@@ -3,13 +3,15 @@ and hack suspicions, and that a sandbox_error candidate is traced but never pair
 
 import dataclasses
 import sqlite3
+from types import SimpleNamespace
 
 import pytest
 
 from spade_ray import stages
 from spade_ray.recorder import Recorder
-from spade_ray.records import ExecStatus
+from spade_ray.records import Completion, ExecStatus, Limits, SamplingParams
 from spade_ray.rollout.sampling import TokenMeter
+from spade_ray.tasks.templates import load_prompts
 from spade_ray.tracking import MetricsSink, TraceStore, Versions
 from tests.tracking import factories as f
 
@@ -61,3 +63,63 @@ def test_a_sandbox_error_candidate_is_traced_but_never_paired(record, tmp_path):
     traced = db.execute("SELECT candidate_id FROM executions WHERE status='sandbox_error'")
     paired = {c for p in scored.pairs for c in (p.chosen_candidate_id, p.rejected_candidate_id)}
     assert traced.fetchall() == [("t0/2",)] and "t0/2" not in paired and scored.pairs
+
+
+def chunk_with(items) -> stages.GeneratedChunk:
+    return stages.GeneratedChunk(work=(("lists", "codegen"),), inputs=tuple(items), admitted=(),
+                                 generate_s=0.0, validate_s=0.0)
+
+
+def test_generator_rewards_become_pairs_traced_with_their_role(record):
+    task = f.task()
+    good = dataclasses.replace(f.generator_input(), outcome="admitted", task_id=task.task_id,
+                               reward=None, pass_rate=None)
+    bad = dataclasses.replace(f.generator_input(text="junk"), outcome="no_inputs",
+                              task_id=None, reward=None, pass_rate=None)
+    rewards = stages.reward_generator(chunk_with([good, bad]), {task.task_id: 0.5},
+                                      stages.GeneratorReward.BAND, 0, first_index=3,
+                                      solver_version=0, with_groups=True)
+    assert [(i.index, i.reward, i.pass_rate) for i in rewards.inputs] == [(3, 1.0, 0.5),
+                                                                           (4, -1.0, None)]
+    (pair,) = rewards.pairs
+    assert (pair.chosen, pair.rejected, pair.role) == ("TASK ...", "junk", "generator")
+    assert rewards.groups[0].rewards == (1.0, -1.0)
+    record.rewarded(rewards)
+    meters = {"generator": TokenMeter("generator"), "solver": TokenMeter("solver")}
+    metrics = record.metrics(None, 0, None, meters, 1.0)
+    assert (metrics.generator_pairs, metrics.pairs, metrics.pairs_from_generated) == (1, 1, 0)
+    assert metrics.generator_reward_mean == 0.0 and metrics.family_tasks == (("codegen", 1),)
+    db = sqlite3.connect(record.recorder.run_dir / "trace.sqlite")
+    assert db.execute("SELECT role, chosen_candidate_id FROM pairs").fetchall() == \
+        [("generator", "generator/r0/3")]
+    assert db.execute("SELECT input_index, reward FROM generator_inputs ORDER BY 1").fetchall() \
+        == [(3, 1.0), (4, -1.0)]
+
+
+class ScriptedEngines:
+    """Generates the texts it is given, in order (a stand-in for the model)."""
+
+    weights_version = 0
+
+    def __init__(self, texts):
+        self.texts, self.prompts = list(texts), []
+
+    def generate(self, prompts, sampling):
+        self.prompts += prompts
+        return SimpleNamespace(lost=[], completions=[
+            [Completion(self.texts.pop(0), 5, 7, "stop", 0) for _ in range(sampling.n)]
+            for _ in prompts])
+
+
+def test_an_output_without_inputs_is_continued_from_the_inputs_frame():
+    engines = ScriptedEngines(["3)\ntw(5)\n"])
+    generation = stages.Generation(engines, load_prompts("fewshot")["generator"],
+                                   SamplingParams(n=1), 2, 0.8, Limits(), frame_tokens=32)
+    first = Completion("Description: Twice.\nReference:\ndef tw(x):\n    return 2 * x\n", 5, 7,
+                       "stop", 0)
+    groups = [[first]]
+    generation.complete_frames(["P"], groups, TokenMeter("generator"))
+    assert engines.prompts == ["P" + "Description: Twice.\nReference:\ndef tw(x):\n"
+                                     "    return 2 * x\nInputs:\ntw("]
+    assert groups[0][0].text.endswith("Inputs:\ntw(3)\ntw(5)\n")
+    assert groups[0][0].completion_tokens == 14

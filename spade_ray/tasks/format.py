@@ -17,8 +17,9 @@ JSON: a base model copies labelled sections far more reliably than it balances b
 Input lines are calls of one function the reference defines, with literal arguments (Python
 literals: numbers, strings, bytes, None, booleans, lists, tuples, dicts, sets). The Inputs
 section ends at the first line that is not such a call, so a model that rambles on after its
-last input still wrote a task. Parsing is strict about everything else and says what is wrong
-with a short, countable reason; it never guesses code.
+last input still wrote a task; a call with the wrong number of arguments is skipped, and section
+headers match in any case. Parsing is strict about everything else and says what is wrong with a
+short, countable reason; it never guesses code.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import re
 from typing import Any
 
 SECTIONS = ("Description", "Reference", "Inputs")
-_HEADER = re.compile(rf"^({'|'.join(SECTIONS)}):[ \t]*(.*)$")
+_HEADER = re.compile(rf"^({'|'.join(SECTIONS)}):[ \t]*(.*)$", re.IGNORECASE)
 MIN_INPUTS = 2
 MAX_INPUTS = 12
 MAX_LITERAL_CHARS = 400  # one input line; also bounds what ast.literal_eval is given
@@ -77,6 +78,35 @@ def parse_proposal(text: str) -> Proposal:
     return Proposal(description, reference, entry_point, signature, inputs, calls)
 
 
+FRAME_REASONS = frozenset({"missing_section", "no_inputs", "too_few_inputs"})
+
+
+def inputs_frame(text: str) -> str | None:
+    """For an output that wrote a description and a parsable reference but no usable inputs:
+    the text up to the end of its reference plus the start of the Inputs section, a call of its
+    first function (`...\nInputs:\nf(`), for the model to continue. None when the output is
+    broken before that (nothing to continue) or already has its inputs."""
+    try:
+        parse_proposal(text)
+        return None
+    except TaskFormatError as e:
+        if e.reason not in FRAME_REASONS:
+            return None
+    sections = _sections(text)
+    if not sections.get("Description", "").strip() or not sections.get("Reference", "").strip():
+        return None
+    reference = sections["Reference"].strip("\n")
+    try:
+        tree = ast.parse(reference)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    entry = next((n.name for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+    if entry is None:
+        return None
+    description = " ".join(sections["Description"].split())
+    return f"Description: {description}\nReference:\n{reference}\nInputs:\n{entry}("
+
+
 def render_proposal(description: str, reference: str, calls: tuple[str, ...]) -> str:
     """The inverse of parse_proposal (few-shot examples are rendered from seed tasks)."""
     return "\n".join([f"Description: {description}", "Reference:", reference.rstrip(), "Inputs:",
@@ -93,8 +123,8 @@ def _sections(text: str) -> dict[str, str]:
     current = None
     for line in text.splitlines():
         match = _HEADER.match(line)
-        if match and match.group(1) not in sections:
-            current = match.group(1)
+        if match and match.group(1).capitalize() not in sections:
+            current = match.group(1).capitalize()
             sections[current] = [match.group(2)] if match.group(2) else []
         elif current is not None:
             sections[current].append(line)
@@ -103,8 +133,9 @@ def _sections(text: str) -> dict[str, str]:
 
 def _inputs(section: str, functions: dict[str, ast.FunctionDef]
             ) -> tuple[str, tuple[str, ...], tuple[tuple[Any, ...], ...]]:
-    """The entry point and the distinct calls of it, up to the first line that is not one."""
-    entry_point, calls, inputs = None, [], []
+    """The entry point and the distinct calls of it, up to the first line that is not a call;
+    a call with a number of arguments the function does not take is skipped."""
+    entry_point, calls, inputs, wrong_arity = None, [], [], 0
     for line in section.splitlines():
         line = line.strip()
         parsed = _call(line)
@@ -116,7 +147,9 @@ def _inputs(section: str, functions: dict[str, ast.FunctionDef]
                                   f"{line[:80]!r} calls {name}, which the reference does not "
                                   f"define")
         entry_point = name
-        if args not in inputs:
+        if not _arity_fits(functions[name], args):
+            wrong_arity += 1
+        elif args not in inputs:
             calls.append(line)
             inputs.append(args)
         if len(inputs) == MAX_INPUTS:
@@ -125,9 +158,10 @@ def _inputs(section: str, functions: dict[str, ast.FunctionDef]
         raise TaskFormatError("no_inputs", "the Inputs section has no call with literal "
                                            "arguments")
     if len(inputs) < MIN_INPUTS:
-        raise TaskFormatError("too_few_inputs", f"{len(inputs)} distinct input(s); need "
-                                                f"{MIN_INPUTS}")
-    _check_arity(functions[entry_point], inputs)
+        reason = "input_arity" if wrong_arity else "too_few_inputs"
+        raise TaskFormatError(reason, f"{len(inputs)} distinct input(s) {entry_point} takes "
+                                      f"({wrong_arity} with the wrong number of arguments); "
+                                      f"need {MIN_INPUTS}")
     return entry_point, tuple(calls), tuple(inputs)
 
 
@@ -146,11 +180,8 @@ def _call(line: str) -> tuple[str, tuple[Any, ...]] | None:
     return node.func.id, args
 
 
-def _check_arity(node: ast.FunctionDef, inputs: list[tuple[Any, ...]]) -> None:
+def _arity_fits(node: ast.FunctionDef, args: tuple[Any, ...]) -> bool:
     a = node.args
     positional = len(a.posonlyargs) + len(a.args)
     required = positional - len(a.defaults)
-    for args in inputs:
-        if len(args) < required or (len(args) > positional and a.vararg is None):
-            raise TaskFormatError("input_arity", f"{node.name} takes {required}..{positional} "
-                                                 f"arguments, an input gives {len(args)}")
+    return required <= len(args) and (len(args) <= positional or a.vararg is not None)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from spade_ray.tasks.format import TaskFormatError, parse_proposal, render_proposal
+from spade_ray.tasks.format import TaskFormatError, inputs_frame, parse_proposal, render_proposal
 
 GOOD = """Description: Double a number.
 Reference:
@@ -27,6 +27,12 @@ def test_inputs_end_at_the_first_line_that_is_not_a_call():
     assert parse_proposal(text).inputs == ((2,), (-1,), (5,))
 
 
+def test_calls_with_the_wrong_arity_are_skipped_and_headers_match_in_any_case():
+    text = GOOD.replace("double(-1)", "double(1, 2)\ndouble(-1)").replace("Reference:",
+                                                                          "reference:")
+    assert parse_proposal(text).inputs == ((2,), (-1,))
+
+
 def test_helper_functions_are_allowed_and_the_inputs_name_the_entry_point():
     text = GOOD.replace("def double", "def _twice(x):\n    return x + x\n\ndef double")
     assert parse_proposal(text).entry_point == "double"
@@ -40,7 +46,8 @@ def test_helper_functions_are_allowed_and_the_inputs_name_the_entry_point():
     (GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", "double(2)"), "too_few_inputs"),
     (GOOD.replace("double(2)\ndouble(-1)", "triple(2)\ntriple(3)"),
      "input_calls_unknown_function"),
-    (GOOD.replace("double(-1)", "double(1, 2)"), "input_arity"),
+    (GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", "double(1, 2)\ndouble(3)"),
+     "input_arity"),
     (GOOD.replace("def double(x: int) -> int:", "def double(x: int\n           ) -> int:"),
      "bad_signature"),
 ])
@@ -54,3 +61,18 @@ def test_deeply_nested_or_huge_literals_are_not_inputs():
     deep = "double(" + "[" * 5000 + "]" * 5000 + ")"
     with pytest.raises(TaskFormatError, match="no_inputs"):
         parse_proposal(GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", deep))
+
+
+def test_an_output_without_inputs_is_framed_for_continuation():
+    cut = GOOD.split("Inputs:")[0]
+    frame = inputs_frame(cut)
+    assert frame == ("Description: Double a number.\nReference:\ndef double(x: int) -> int:\n"
+                     "    return 2 * x\nInputs:\ndouble(")
+    assert parse_proposal(frame + "3)\ndouble(4)\n").inputs == ((3,), (4,))
+    assert inputs_frame(GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", "x = 1")) == frame
+
+
+def test_only_outputs_missing_their_inputs_are_framed():
+    assert inputs_frame(GOOD) is None  # complete
+    assert inputs_frame(GOOD.replace("return 2 * x", "return 2 *")) is None  # broken code
+    assert inputs_frame("Reference:\ndef f(x):\n    return x\n") is None  # no description

@@ -1,0 +1,105 @@
+"""Generator admission: what decoding does to the share of generator outputs that become tasks.
+
+The same prompts (the run's generator prompt: topic, two few-shot seed programs), the same model
+and sampling seeds, three decoding set-ups, measured in one run:
+  no-stop   the format's stop strings off: the model writes until max_tokens
+  stop      stop at the end of the entry ("### END", "### Topic"), as `make run` samples
+  frame     stop, plus continuing outputs that lack their inputs from `Inputs:\\n<function>(`
+            (the frame constraint `make run` uses: loop.frame_tokens)
+For each: outputs, admitted (with a 95% Wilson interval), tokens per output, seconds, and the
+most common rejection reasons. Admission is the run's own (tasks/admission.py, local sandbox).
+
+    .venv/bin/python bench/generator_admission.py [--prompts 12] [--model gemma3-270m]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import random
+import sys
+import time
+from types import SimpleNamespace
+
+from spade_ray.execution import Sandbox
+from spade_ray.records import Limits, SamplingParams, TaskFamily
+from spade_ray.rollout.actor import make_backend
+from spade_ray.rollout.sampling import TokenMeter
+from spade_ray.stages import Generation
+from spade_ray.tasks.prompting import family_schedule, topic_schedule
+from spade_ray.tasks.seeds import load_seed_tasks
+from spade_ray.tasks.templates import load_prompts
+
+TOPICS = ["strings", "lists", "math", "dictionaries", "sorting", "recursion", "searching"]
+STOP = ("\n### END", "\n### Topic")
+
+
+class DirectEngines:
+    """RoleEngines' generate() on a backend in this process (no Ray: one model, one bench)."""
+
+    weights_version = 0
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def generate(self, prompts, sampling):
+        return SimpleNamespace(completions=self.backend.generate(list(prompts), sampling),
+                               lost=[])
+
+
+def wilson(k: int, n: int) -> tuple[float, float]:
+    if n == 0:
+        return (float("nan"), float("nan"))
+    z, p = 1.959964, k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="gemma3-270m")
+    parser.add_argument("--prompts", type=int, default=12, help="x 2 outputs each")
+    parser.add_argument("--max-tokens", type=int, default=320)
+    args = parser.parse_args()
+    limits = Limits()
+    engines = DirectEngines(make_backend("hf", args.model, dtype="auto", max_batch_size=8))
+    template = load_prompts("fewshot")["generator"]
+    base = SamplingParams(n=2, temperature=0.9, top_p=0.95, max_tokens=args.max_tokens,
+                          seed=1234)
+    work = list(zip(topic_schedule(TOPICS, args.prompts, 0),
+                    family_schedule(list(TaskFamily), args.prompts, 0)))
+    variants = {"no-stop": (dataclasses.replace(base, stop=()), 0),
+                "stop": (dataclasses.replace(base, stop=STOP), 0),
+                "frame": (dataclasses.replace(base, stop=STOP), 96)}
+    rows = []
+    with Sandbox("local", limits) as sandbox:
+        seeds = load_seed_tasks(sandbox, limits)
+        for name, (sampling, frame_tokens) in variants.items():
+            generation = Generation(engines, template, sampling, 2, 0.8, limits,
+                                    frame_tokens=frame_tokens)
+            meter = TokenMeter("generator")
+            started = time.monotonic()
+            chunk = generation.generate(work, seeds, random.Random(0), meter, sandbox)
+            seconds = time.monotonic() - started
+            outputs = len(chunk.inputs)
+            admitted = sum(i.outcome == "admitted" for i in chunk.inputs)
+            reasons = collections.Counter(i.outcome for i in chunk.inputs
+                                          if i.outcome != "admitted")
+            rows.append((name, outputs, admitted, meter.completion_tokens / max(outputs, 1),
+                         seconds, reasons.most_common(4)))
+    print(f"\nmodel {args.model}, {args.prompts} prompts x 2 outputs, temperature 0.9, "
+          f"max {args.max_tokens} tokens, sampling seed 1234")
+    print(f"{'decoding':<9}{'outputs':>8}{'admitted':>9}{'rate':>7}{'95% CI':>16}"
+          f"{'tok/out':>9}{'s':>7}  rejections")
+    for name, outputs, admitted, tokens, seconds, reasons in rows:
+        low, high = wilson(admitted, outputs)
+        print(f"{name:<9}{outputs:>8}{admitted:>9}{admitted / outputs:>7.2f}"
+              f"   [{low:.2f}, {high:.2f}]{tokens:>9.0f}{seconds:>7.0f}  "
+              + ", ".join(f"{r}={n}" for r, n in reasons))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
