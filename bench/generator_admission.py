@@ -5,11 +5,13 @@ and sampling seeds, three decoding set-ups, measured in one run:
   no-stop   the format's stop strings off: the model writes until max_tokens
   stop      stop at the end of the entry ("### END", "### Topic"), as `make run` samples
   frame     stop, plus continuing outputs that lack their inputs from `Inputs:\\n<function>(`
-            (the frame constraint `make run` uses: loop.frame_tokens)
+            (the frame constraint: loop.frame_tokens)
+  frame-t0.6  the same at temperature 0.6 instead of 0.9 (fewer broken programs, more copies)
+  frame-4shot frame with four few-shot programs instead of two
 For each: outputs, admitted (with a 95% Wilson interval), tokens per output, seconds, and the
 most common rejection reasons. Admission is the run's own (tasks/admission.py, local sandbox).
 
-    .venv/bin/python bench/generator_admission.py [--prompts 12] [--model gemma3-270m]
+    .venv/bin/python bench/generator_admission.py [--prompts 12] [--only frame,frame-4shot]
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def main() -> int:
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--prompts", type=int, default=12, help="x 2 outputs each")
     parser.add_argument("--max-tokens", type=int, default=320)
+    parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
     args = parser.parse_args()
     limits = Limits()
     engines = DirectEngines(make_backend("hf", args.model, dtype="auto", max_batch_size=8))
@@ -70,14 +73,19 @@ def main() -> int:
                           seed=1234)
     work = list(zip(topic_schedule(TOPICS, args.prompts, 0),
                     family_schedule(list(TaskFamily), args.prompts, 0)))
-    variants = {"no-stop": (dataclasses.replace(base, stop=()), 0),
-                "stop": (dataclasses.replace(base, stop=STOP), 0),
-                "frame": (dataclasses.replace(base, stop=STOP), 96)}
+    framed = dataclasses.replace(base, stop=STOP)
+    variants = {"no-stop": (dataclasses.replace(base, stop=()), 0, 2),
+                "stop": (framed, 0, 2),
+                "frame": (framed, 96, 2),
+                "frame-t0.6": (dataclasses.replace(framed, temperature=0.6), 96, 2),
+                "frame-4shot": (framed, 96, 4)}
+    if args.only:
+        variants = {k: variants[k] for k in args.only.split(",")}
     rows = []
     with Sandbox("local", limits) as sandbox:
         seeds = load_seed_tasks(sandbox, limits)
-        for name, (sampling, frame_tokens) in variants.items():
-            generation = Generation(engines, template, sampling, 2, 0.8, limits,
+        for name, (sampling, frame_tokens, shots) in variants.items():
+            generation = Generation(engines, template, sampling, shots, 0.8, limits,
                                     frame_tokens=frame_tokens)
             meter = TokenMeter("generator")
             started = time.monotonic()
@@ -91,11 +99,11 @@ def main() -> int:
                          seconds, reasons.most_common(4)))
     print(f"\nmodel {args.model}, {args.prompts} prompts x 2 outputs, temperature 0.9, "
           f"max {args.max_tokens} tokens, sampling seed 1234")
-    print(f"{'decoding':<9}{'outputs':>8}{'admitted':>9}{'rate':>7}{'95% CI':>16}"
+    print(f"{'decoding':<11}{'outputs':>8}{'admitted':>9}{'rate':>7}{'95% CI':>16}"
           f"{'tok/out':>9}{'s':>7}  rejections")
     for name, outputs, admitted, tokens, seconds, reasons in rows:
         low, high = wilson(admitted, outputs)
-        print(f"{name:<9}{outputs:>8}{admitted:>9}{admitted / outputs:>7.2f}"
+        print(f"{name:<11}{outputs:>8}{admitted:>9}{admitted / outputs:>7.2f}"
               f"   [{low:.2f}, {high:.2f}]{tokens:>9.0f}{seconds:>7.0f}  "
               + ", ".join(f"{r}={n}" for r, n in reasons))
     return 0

@@ -115,6 +115,7 @@ class Generation:
                 outcome = "admitted" if verdict.valid else verdict.reason
             inputs.append(GeneratorInput(index=0, prompt=prompt, completion=completion,
                                          outcome=outcome, family=family,
+                                         executed=verdict is not None,
                                          task_id=verdict.task.task_id
                                          if verdict is not None and verdict.valid else None))
         return GeneratedChunk(tuple(work), tuple(inputs), tuple(admitted), generate_s,
@@ -269,7 +270,7 @@ def reward_generator(chunk: GeneratedChunk, pass_rates: Mapping[str, float],
     inputs = tuple(dataclasses.replace(
         item, index=first_index + i,
         pass_rate=pass_rates.get(item.task_id) if item.task_id else None,
-        reward=generator_reward(item.task_id is not None,
+        reward=generator_reward(item.task_id is not None, item.executed,
                                 pass_rates.get(item.task_id) if item.task_id else None, kind))
         for i, item in enumerate(chunk.inputs))
     return GeneratorRewards(inputs, tuple(build_generator_pairs(inputs, round_index,

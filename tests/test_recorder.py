@@ -73,9 +73,9 @@ def chunk_with(items) -> stages.GeneratedChunk:
 def test_generator_rewards_become_pairs_traced_with_their_role(record):
     task = f.task()
     good = dataclasses.replace(f.generator_input(), outcome="admitted", task_id=task.task_id,
-                               reward=None, pass_rate=None)
+                               executed=True, reward=None, pass_rate=None)
     bad = dataclasses.replace(f.generator_input(text="junk"), outcome="no_inputs",
-                              task_id=None, reward=None, pass_rate=None)
+                              task_id=None, executed=False, reward=None, pass_rate=None)
     rewards = stages.reward_generator(chunk_with([good, bad]), {task.task_id: 0.5},
                                       stages.GeneratorReward.BAND, 0, first_index=3,
                                       solver_version=0, with_groups=True)

@@ -1,8 +1,11 @@
 """The generator's learning signal: a reward per generated task, and pairs or groups made of it.
 
-Reward (`generator_reward`): an output that is not an admitted task gets -1 (it did not parse,
-it was rejected by admission, or it copies a known task). An admitted task gets a learnability
-reward from the solver's pass rate p on it (K candidates):
+Reward (`generator_reward`): an output that is not a new program gets -1 (it did not parse, or
+it copies a known task); a new program that ran but was rejected by admission (trivial, weak
+examples, nondeterministic...) gets -0.5: closer to a task than text that is not one, and never
+better than a copy is worse, so a weak model learns to write runnable programs with inputs
+before it writes good ones. An admitted task gets a learnability reward from the solver's pass
+rate p on it (K candidates):
 
     band  1 - 2|p - 0.5| for 0 < p < 1, else 0   (the default)
     azr   1 - p          for 0 < p < 1, else 0   (Absolute Zero's proposer reward)
@@ -27,7 +30,8 @@ from collections.abc import Sequence
 from spade_ray.records import CompletionGroup, PreferencePair, Role
 from spade_ray.tracking import GeneratorInput
 
-INVALID_REWARD = -1.0
+INVALID_REWARD = -1.0  # not a new program: unparsable, or a copy
+REJECTED_REWARD = -0.5  # a new program that admission rejected
 
 
 class GeneratorReward(enum.StrEnum):
@@ -35,10 +39,11 @@ class GeneratorReward(enum.StrEnum):
     AZR = "azr"
 
 
-def generator_reward(admitted: bool, pass_rate: float | None, kind: GeneratorReward
-                     ) -> float | None:
+def generator_reward(admitted: bool, executed: bool, pass_rate: float | None,
+                     kind: GeneratorReward) -> float | None:
+    """`executed`: the output went through admission (it parsed and was not a copy)."""
     if not admitted:
-        return INVALID_REWARD
+        return REJECTED_REWARD if executed else INVALID_REWARD
     if pass_rate is None:
         return None
     if pass_rate <= 0.0 or pass_rate >= 1.0:

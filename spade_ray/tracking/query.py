@@ -19,7 +19,8 @@ marked JSON hold JSON text (use json_extract); primary keys make re-recording a 
   generator_inputs  (run_id, round, input_index) -- one generator output each
       input_index, prompt, text (raw output), prompt_tokens, completion_tokens,
       finish_reason, weights_version, outcome ('admitted', or the parse or admission reason),
-      task_id (when admitted), family (asked for), pass_rate (the solver's on the task),
+      task_id (when admitted), family (asked for), executed (went through admission),
+      pass_rate (the solver's on the task),
       reward (the generator's; NULL: unknown), text_state
   candidates        (run_id, round, candidate_id) -- one solver attempt each
       candidate_id, task_id, code, candidate_solver_version, prompt_tokens, completion_tokens

@@ -39,7 +39,8 @@ TABLES: dict[str, str] = {
     "generator_inputs": """input_index INTEGER NOT NULL, prompt TEXT NOT NULL, text TEXT NOT NULL,
         prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
         finish_reason TEXT NOT NULL, weights_version INTEGER NOT NULL, outcome TEXT NOT NULL,
-        task_id TEXT, family TEXT NOT NULL, pass_rate REAL, reward REAL,
+        task_id TEXT, family TEXT NOT NULL, executed INTEGER NOT NULL, pass_rate REAL,
+        reward REAL,
         text_state TEXT NOT NULL,
         PRIMARY KEY (run_id, round, input_index)""",
     "candidates": """candidate_id TEXT NOT NULL, task_id TEXT NOT NULL, code TEXT NOT NULL,
@@ -100,6 +101,7 @@ class GeneratorInput:
     outcome: str  # "admitted", or why the text is not a task (a parse or admission reason)
     task_id: str | None = None  # the admitted task, if any
     family: str = ""  # the task family the prompt asked for
+    executed: bool = False  # it went through admission (parsed, not a copy of a known task)
     pass_rate: float | None = None  # the solver's, on the admitted task (None: not solved)
     reward: float | None = None  # the generator's reward (None: not known, no pair uses it)
 

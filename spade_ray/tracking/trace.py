@@ -158,7 +158,8 @@ class TraceStore:
     def record_generator_inputs(self, round: int, items: Sequence[GeneratorInput],
                                 versions: Versions) -> int:
         rows = ({"input_index": item.index, "prompt": item.prompt, "outcome": item.outcome,
-                 "task_id": item.task_id, "family": item.family, "pass_rate": item.pass_rate,
+                 "task_id": item.task_id, "family": item.family,
+                 "executed": int(item.executed), "pass_rate": item.pass_rate,
                  "reward": item.reward,
                  **schema.record_to_row("generator_inputs", item.completion)} for item in items)
         return self._insert("generator_inputs", round, versions, rows)
@@ -311,8 +312,8 @@ class TraceStore:
     def generator_inputs(self, round: int | None = None) -> list[GeneratorInput]:
         return [GeneratorInput(r["input_index"], r["prompt"],
                                schema.row_to_record("generator_inputs", Completion, r),
-                               r["outcome"], r["task_id"], r["family"], r["pass_rate"],
-                               r["reward"])
+                               r["outcome"], r["task_id"], r["family"],
+                               bool(r["executed"]), r["pass_rate"], r["reward"])
                 for r in self._rows("generator_inputs", round)]
 
     def candidates(self, round: int | None = None) -> list[Candidate]:

@@ -15,14 +15,18 @@ BAND, AZR = GeneratorReward.BAND, GeneratorReward.AZR
 
 
 @pytest.mark.parametrize("admitted, rate, band, azr", [
-    (False, None, -1.0, -1.0),  # not a task: the worst
+    (False, None, -0.5, -0.5),  # a new program admission rejected
     (True, 0.0, 0.0, 0.0), (True, 1.0, 0.0, 0.0),  # nobody / everybody solves it
     (True, 0.5, 1.0, 0.5), (True, 0.25, 0.5, 0.75), (True, 0.75, 0.5, 0.25),
     (True, None, None, None),  # admitted, never solved (a cap stopped it): unknown
 ])
 def test_reward(admitted, rate, band, azr):
-    assert generator_reward(admitted, rate, BAND) == band
-    assert generator_reward(admitted, rate, AZR) == azr
+    assert generator_reward(admitted, True, rate, BAND) == band
+    assert generator_reward(admitted, True, rate, AZR) == azr
+
+
+def test_text_that_is_no_new_program_gets_the_lowest_reward():
+    assert generator_reward(False, False, None, BAND) == -1.0
 
 
 def output(index, prompt, text, reward, task_id=None):

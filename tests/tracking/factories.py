@@ -58,7 +58,8 @@ def generator_input(index: int = 0, text: str = "TASK ...") -> GeneratorInput:
     completion = Completion(text=text, prompt_tokens=30, completion_tokens=40,
                             finish_reason="stop", weights_version=1)
     return GeneratorInput(index=index, prompt="Write a task", completion=completion,
-                          outcome="admitted", task_id="t0", family="codegen", pass_rate=0.5,
+                          outcome="admitted", task_id="t0", family="codegen", executed=True,
+                          pass_rate=0.5,
                           reward=1.0)
 
 
