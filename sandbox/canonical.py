@@ -19,6 +19,7 @@ the relative and the absolute tolerance), NaN equals NaN, and -0.0 equals 0.0.
 """
 
 import json
+import json.encoder
 import math
 
 MAX_DEPTH = 64
@@ -28,6 +29,10 @@ MAX_TEXT_BYTES = 16 * 1024 * 1024
 _CONTAINERS = {list: "L", tuple: "U", set: "S", frozenset: "Z", dict: "D"}
 _BUILDERS = {"L": list, "U": tuple, "S": set, "Z": frozenset, "D": dict}
 _HEX = frozenset("0123456789abcdef")
+# A token as json.dumps(ensure_ascii=True) writes a string. Joining these is json.dumps of the
+# token list with compact separators, byte for byte, without building a JSONEncoder per call
+# (5.6 us of a call's 17 us of encoding, measured on a HumanEval call).
+_JSON_STRING = json.encoder.encode_basestring_ascii
 
 
 class NotPlainData(ValueError):
@@ -63,7 +68,7 @@ def encode(value) -> str:
             stack.extend((child, depth + 1) for child in reversed(children))
         else:
             raise NotPlainData(f"a {type_name(item)} is not plain data")
-    text = json.dumps(tokens, ensure_ascii=True, separators=(",", ":"))
+    text = "[" + ",".join(map(_JSON_STRING, tokens)) + "]"
     if len(text) > MAX_TEXT_BYTES:
         raise NotPlainData(f"{len(text)} bytes encoded, over {MAX_TEXT_BYTES}")
     return text
@@ -155,7 +160,7 @@ def _scalar(tag: str, body: str):
             return None
         if tag in "TF" and not body:
             return tag == "T"
-        if tag == "i" and body and all(c in _HEX for c in body.removeprefix("-")):
+        if tag == "i" and body and _HEX.issuperset(body.removeprefix("-")):
             return int(body, 16)
         if tag == "f":
             return float.fromhex(body)

@@ -14,6 +14,7 @@ the fds listed for them and nothing else (no control channel of the server's, no
 import ctypes
 import fcntl
 import io
+import json
 import os
 import resource
 import signal
@@ -33,8 +34,8 @@ CHILD_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 # The candidate's fds: 0-2 as usual, then the memory-error flag and the call pipes (the grader's
-# side of them is grader.REPLY_FD / grader.CALL_FD); the cgroup handshake pipe after those.
-FLAG_FD, CALLS_FD, ANSWERS_FD, GO_FD = 3, 4, 5, 6
+# side of them is grader.REPLY_FD / grader.CALL_FD); the job pipe after those until the job came.
+FLAG_FD, CALLS_FD, ANSWERS_FD, JOB_FD = 3, 4, 5, 6
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, not per execution
 PLAIN_TYPES = (bool, int, float, str, bytes, list, tuple, dict, set, frozenset)
@@ -51,17 +52,16 @@ def install_fds(mapping):
         os.close(fd)
 
 
-def candidate_main(req, fds):
-    """Set up the forked candidate and run it. Never returns."""
+def candidate_main(fds):
+    """Set up the forked candidate, wait for its job (the server's spare until then: the host
+    has moved it into its cgroup before the job is sent) and run it. Never returns.
+
+    What does not depend on the job is done before it arrives, off the run's critical path: the
+    environment and the standard streams (0.5 ms after the job, measured in the jail, mostly
+    copy-on-write faults)."""
     os.setsid()
     install_fds({0: fds["stdin_r"], 1: fds["out_w"], 2: fds["err_w"], FLAG_FD: fds["flag_w"],
-                 CALLS_FD: fds.get("calls_r"), ANSWERS_FD: fds.get("answers_w"),
-                 GO_FD: fds.get("go_r")})
-    if fds.get("go_r") is not None:
-        os.read(GO_FD, 1)  # the host has moved us into our cgroup
-        os.close(GO_FD)
-    set_limits(req["limits"], req["rlimit_nproc"], req["address_space_mb"],
-               req["shares_memory_cgroup"])
+                 CALLS_FD: fds["calls_r"], ANSWERS_FD: fds["answers_w"], JOB_FD: fds["job_r"]})
     os.environ.clear()
     os.environ.update(CHILD_ENV)
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8",
@@ -71,17 +71,34 @@ def candidate_main(req, fds):
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                   errors="backslashreplace", line_buffering=True)
     sys.argv = ["solution.py"]
-    os._exit(run_candidate(req["code"], serve=fds.get("calls_r") is not None))
+    body = grader.recv_frame(JOB_FD)
+    if body is None:  # the server failed before sending a job
+        os._exit(70)
+    os.close(JOB_FD)
+    req = json.loads(body)
+    if not req["grade"]:  # a plain run: no call pipes, as for any program
+        os.close(CALLS_FD)
+        os.close(ANSWERS_FD)
+    set_limits(req["limits"], req["rlimit_nproc"], req["address_space_mb"],
+               req["shares_memory_cgroup"])
+    os._exit(run_candidate(req["code"], serve=req["grade"]))
 
 
-def grader_main(req, fds, tests):
-    """Set up the forked grader and run the tests. Never returns."""
+def grader_main(fds):
+    """Set up the forked grader, wait for its settings and tests (the server's spare until
+    then) and run them. Never returns."""
     devnull = os.open("/dev/null", os.O_RDWR)
     install_fds({0: devnull, 1: devnull, 2: devnull, grader.REPORT_FD: fds["report_w"],
-                 grader.REPLY_FD: fds["answers_r"], grader.CALL_FD: fds["calls_w"]})
-    set_limits(req["limits"], req["rlimit_nproc"], req["limits"]["memory_mb"] + 128, False)
+                 grader.REPLY_FD: fds["answers_r"], grader.CALL_FD: fds["calls_w"],
+                 grader.TESTS_FD: fds["tests_r"]})
     os.chdir("/")  # nothing the candidate writes in /work is near the grader
-    grader.main(tests)
+    body = grader.recv_frame(grader.TESTS_FD)
+    if body is None:  # a plain run: no tests for this grader
+        os._exit(0)
+    settings = json.loads(body)
+    set_limits(settings["limits"], settings["rlimit_nproc"],
+               settings["limits"]["memory_mb"] + 128, False)
+    grader.main(grader.recv_frame(grader.TESTS_FD, cap=grader.TESTS_CAP_BYTES))
 
 
 def set_limits(limits, rlimit_nproc, address_space_mb, shares_memory_cgroup):

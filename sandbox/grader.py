@@ -26,17 +26,18 @@ swallow. Everything the tester notices that honest code would not do is reported
 Report (fd 3, one JSON object, then exit): {"nonce", "outcomes": [...], "suspicion": [str]}.
 """
 
-import ast
 import builtins
 import json
 import os
 import select
 import struct
 import time
+import types
 
 import canonical
 
-REPORT_FD, REPLY_FD, CALL_FD = 3, 4, 5
+REPORT_FD, REPLY_FD, CALL_FD, TESTS_FD = 3, 4, 5, 6
+TESTS_CAP_BYTES = 64 * 1024 * 1024  # harness.py's cap on the tests frame it forwards
 MESSAGE_CHARS = 300
 # Suspicious only if the candidate then exited with status 0 (the host knows): a program that
 # crashes mid-test is merely wrong, one that exits "successfully" mid-test is dodging the tests.
@@ -149,15 +150,16 @@ def grade(tests, link):
     entry = tests.get("entry_point")
     if entry:
         namespace[entry] = Proxy(link, entry)
-    sources = list(tests.get("asserts") or []) + ([tests["check"]] if tests.get("check") else [])
-    for name in _free_names(sources):
+    asserts = [compile(source, "<test>", "exec") for source in tests.get("asserts") or []]
+    check = compile(tests["check"], "<test>", "exec") if tests.get("check") else None
+    for name in _free_names(asserts + ([check] if check else [])):
         namespace.setdefault(name, Proxy(link, name))
     outcomes = []
-    for i, source in enumerate(tests.get("asserts") or []):
-        outcomes.append(_one(f"assert[{i}]", preamble_error, lambda s=source: _exec(s, namespace)))
-    if tests.get("check"):
+    for i, code in enumerate(asserts):
+        outcomes.append(_one(f"assert[{i}]", preamble_error, lambda c=code: exec(c, namespace)))
+    if check:
         outcomes.append(_one("check", preamble_error,
-                             lambda: _run_check(tests["check"], namespace, entry)))
+                             lambda: _run_check(check, namespace, entry)))
     tolerance = float(tests.get("tolerance") or 0.0)
     for i, (args_text, expected_text) in enumerate(tests.get("examples") or []):
         outcomes.append(_one(f"example[{i}]", preamble_error,
@@ -176,23 +178,26 @@ def _run_preamble(preamble, namespace):
         return f"the task's preamble failed: {describe(e)}"
 
 
-def _free_names(sources):
-    """Names the test code reads that Python's builtins do not define."""
-    names = set()
-    for source in sources:
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                names.add(node.id)
+def _free_names(codes):
+    """The names of the compiled test code (nested functions included) that Python's builtins
+    do not define. A superset of the globals it reads (attribute, imported and assigned names are
+    among them): a proxy under a name the code never reads is never called, and the one name we
+    read ourselves, `check`, must not be one. Read from the code objects rather than from an AST
+    walk, which cost a second parse and 0.15 ms per HumanEval check (measured)."""
+    names, stack = set(), list(codes)
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if type(c) is types.CodeType)
     return sorted(n for n in names if not hasattr(builtins, n))
 
 
-def _exec(source, namespace):
-    exec(compile(source, "<test>", "exec"), namespace)
-
-
-def _run_check(source, namespace, entry):
-    _exec(source, namespace)
-    namespace["check"](namespace[entry])
+def _run_check(code, namespace, entry):
+    exec(code, namespace)
+    check = namespace["check"]
+    if type(check) is Proxy:  # the check code never defined it: never call the candidate's
+        raise NameError("the check code defines no function check")
+    check(namespace[entry])
 
 
 def _run_example(link, entry, args_text, expected_text, tolerance):
@@ -227,30 +232,46 @@ def describe(exc):
 
 
 def main(secret):
-    """Entry point in the forked tester: `secret` is the tests' JSON. Never returns."""
+    """Entry point in the forked tester: `secret` is the tests' JSON (None if the server sent
+    none: then no report). Never returns."""
     code = 0
     try:
-        tests = json.loads(bytes(secret))
+        tests = json.loads(secret)
         link = Link()
         outcomes = grade(tests, link)
         report = {"nonce": tests["nonce"], "outcomes": outcomes, "suspicion": link.suspicion}
         write_all(REPORT_FD, json.dumps(report).encode("utf-8"))
     except BaseException:  # noqa: BLE001 - no report: the check fails, nothing else
         code = 1
+    # Our pipes close now, not after the kernel has torn down our memory (exit closes files
+    # last; 0.8 ms measured in the jail): the candidate sees the end of the calls and ends
+    # while we do.
+    os.closerange(0, 256)  # RLIMIT_NOFILE (child.set_limits)
     os._exit(code)
 
 
 # ---------------------------------------------------------------- framing (harness.py uses it too)
 
 
-def send_frame(fd, body):
-    write_all(fd, struct.pack(">I", len(body)) + body)
+def send_frame(fd, *bodies):
+    """Each body after its 4-byte length, all in one writev while the pipe takes them: one
+    wake-up of the reader, and through Docker's attach stream one chunk for the engine to relay
+    instead of two per frame. The bodies are not copied (a report buffer must stay the only
+    place its bytes are)."""
+    parts = []
+    for body in bodies:
+        parts += [struct.pack(">I", len(body)), body]
+    write_all(fd, *parts)
 
 
-def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+def write_all(fd, *parts):
+    views = [memoryview(part) for part in parts]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views.pop(0))
+        if written:
+            views[0] = views[0][written:]
 
 
 def recv_frame(fd, cap=canonical.MAX_TEXT_BYTES):

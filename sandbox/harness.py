@@ -4,13 +4,14 @@ It runs as PID 1 of the jail's own PID namespace (bwrap --as-pid-1, or a contain
 and serves requests from the host over its stdin/stdout, each run in forked children: a warm
 interpreter with the common stdlib imported forks far faster than `python -c` starts (DESIGN.md).
 
-A check (a request with tests) forks two children (child.py): the grader (grader.py), which holds
-the tests and runs them, and the candidate, which runs the program and then answers the grader's
-calls with canonical data (canonical.py). The tests never enter the candidate's process: they
-reach this server as a separate frame read into a buffer that is handed to the grader by fork
-and zeroed before the candidate is forked, and the grader's report travels back through another
-buffer that is zeroed after it is sent, so no later candidate (forked from us) finds either in
-its memory.
+Every run has two children (child.py), forked ahead of its request while we wait for it (the
+"spares", see fork_spares): the grader (grader.py), which holds the tests and runs them, and the
+candidate, which runs the program and then answers the grader's calls with canonical data
+(canonical.py); a plain run leaves its grader unused. The tests never enter the candidate's
+process: it was forked before they arrived, they reach this server as a separate frame read into
+a buffer that is written to the grader's pipe and then zeroed, and the grader's report travels
+back through another buffer that is zeroed after it is sent, so no later candidate (forked from
+us) finds either in its memory.
 This server never parses anything a candidate wrote: output is counted and forwarded, the
 memory-error flag is one byte, and every read is capped.
 
@@ -29,7 +30,9 @@ objects (the seccomp filter refuses creating them in the first place).
 
 Wire format (host <-> server): each frame is a 4-byte big-endian length and a body: UTF-8 JSON,
 except the tests frame that follows a check request and the grader-report frame that follows its
-reply, which are raw bytes. Byte strings (stdin, stdout, stderr) travel as latin-1 text.
+reply, which are raw bytes. Before each request the server sends {"spare": pid}: the waiting
+candidate's pid in the jail, for the host to move into the run's cgroup before it sends the
+request. Byte strings (stdin, stdout, stderr) travel as latin-1 text.
 """
 
 import os
@@ -69,7 +72,6 @@ WORK_DIR = child.WORK_DIR
 SITE_DIR = "/opt/spade-sandbox/site"  # whitelisted packages, bound read-only by the host
 FLAG_CAP_BYTES = 16
 REPORT_CAP_BYTES = 4 * 1024 * 1024  # a grader report: outcomes with 300-character messages
-TESTS_CAP_BYTES = 64 * 1024 * 1024
 CONTROL_CAP_BYTES = 64 * 1024 * 1024  # a request: code (1 MB at most) and stdin (16 MB)
 CPU_POLL_S = 0.05
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, not per execution
@@ -100,13 +102,9 @@ def read_frame(fd):
     return None if body is None else json.loads(body.decode("utf-8"))
 
 
-def write_frame(fd, obj):
-    write_raw_frame(fd, json.dumps(obj, separators=(",", ":")).encode("utf-8"))
-
-
-def write_raw_frame(fd, body):
-    grader.write_all(fd, struct.pack(">I", len(body)))
-    grader.write_all(fd, body)
+def write_frame(fd, obj, *raw):
+    """A JSON frame, then the raw frames `raw`, in one write (grader.send_frame)."""
+    grader.send_frame(fd, json.dumps(obj, separators=(",", ":")).encode("utf-8"), *raw)
 
 
 def zero(buf, size=None):
@@ -121,9 +119,10 @@ def zero(buf, size=None):
 class Run:
     """Host-facing bookkeeping of one execution."""
 
-    def __init__(self, limits, grader_pid):
+    def __init__(self, limits, grader_pid, grading):
         self.limits = limits
-        self.grader_pid = grader_pid
+        self.grader_pid = grader_pid  # excluded from the candidate's accounting even unused
+        self.grading = grading
         self.out = bytearray()
         self.err = bytearray()
         self.flag = bytearray()
@@ -182,42 +181,71 @@ def tree_cpu_s(run):
     return total
 
 
-def serve_one(req, tests, ctl_in, ctl_out):
-    """Run one request; `tests` (a bytearray, or None) is zeroed here once the grader has it."""
+class Spares:
+    """The next run's grader and candidate, forked ahead of its request (see `fork_spares`), with
+    our ends of their pipes."""
+
+    def __init__(self):
+        self.fds = {}  # the children's ends, closed here once both are forked
+        self.fds["stdin_r"], self.stdin_w = os.pipe()
+        self.out_r, self.fds["out_w"] = os.pipe()
+        self.err_r, self.fds["err_w"] = os.pipe()
+        self.flag_r, self.fds["flag_w"] = os.pipe()
+        self.fds["calls_r"], self.fds["calls_w"] = os.pipe()
+        self.fds["answers_r"], self.fds["answers_w"] = os.pipe()
+        self.report_r, self.fds["report_w"] = os.pipe()
+        self.fds["job_r"], self.job_w = os.pipe()
+        self.fds["tests_r"], self.tests_w = os.pipe()
+        self.grader_pid = self.candidate_pid = None
+
+
+def fork_spares():
+    """Fork the grader and the candidate of the next run before its request arrives, while the
+    host is busy with the last reply: the forks (about 1 ms of CPU each, mostly page-table copies
+    and the children's set-up) then leave the critical path, and the host moves the candidate
+    into its cgroup before sending the request, instead of in a round trip after it. Neither has
+    seen any request: the candidate waits for its program on the job pipe, the grader for its
+    settings and tests on the tests pipe, so each serves exactly one run (kill_all ends both
+    after it) and the tests reach only the grader's process."""
+    spares = Spares()
+    spares.grader_pid = _fork(lambda: child.grader_main(spares.fds))
+    spares.candidate_pid = _fork(lambda: child.candidate_main(spares.fds))
+    for fd in spares.fds.values():
+        os.close(fd)
+    return spares
+
+
+def serve_one(req, tests, spares):
+    """Run one request on the spares; `tests` (a bytearray, or None) is zeroed here once the
+    grader has it."""
     limits = req["limits"]
     stdin_data = req["stdin"].encode("latin-1") if req.get("stdin") is not None else b""
-    fds = {}
-    fds["stdin_r"], stdin_w = os.pipe()
-    out_r, fds["out_w"] = os.pipe()
-    err_r, fds["err_w"] = os.pipe()
-    flag_r, fds["flag_w"] = os.pipe()
-    report_r = grader_pid = None
     if tests is not None:
-        fds["calls_r"], fds["calls_w"] = os.pipe()
-        fds["answers_r"], fds["answers_w"] = os.pipe()
-        report_r, fds["report_w"] = os.pipe()
-    go_w = None
-    if req.get("handshake"):
-        fds["go_r"], go_w = os.pipe()
-    if tests is not None:
-        grader_pid = _fork(lambda: child.grader_main(req, fds, tests))
+        _hand_over(spares.tests_w, {"limits": limits, "rlimit_nproc": req["rlimit_nproc"]},
+                   tests)
         zero(tests)
-    pid = _fork(lambda: child.candidate_main(req, fds))
-    for fd in fds.values():
-        os.close(fd)
-    if go_w is not None:
-        write_frame(ctl_out, {"forked": True, "candidate_pid": pid})
-        ack = read_frame(ctl_in)
-        if ack is None:
-            kill_all()
-            raise EOFError("host went away during the cgroup handshake")
-        os.write(go_w, b"g")
-        os.close(go_w)
-    run = Run(limits, grader_pid)
+    else:  # a plain run's grader sees the end of the stream and exits unused
+        os.close(spares.tests_w)
+    job = {key: req[key] for key in ("code", "limits", "rlimit_nproc", "address_space_mb",
+                                     "shares_memory_cgroup")}
+    job["grade"] = tests is not None
+    _hand_over(spares.job_w, job)
+    run = Run(limits, spares.grader_pid, tests is not None)
     start = time.monotonic()
-    _pump(run, pid, start, stdin_w, stdin_data, out_r, err_r, flag_r, report_r)
+    _pump(run, spares, start, stdin_data)
     wall_s = time.monotonic() - start
     return _finish(run, wall_s, limits), run
+
+
+def _hand_over(fd, obj, *raw):
+    """Write a spare its frames, then close its pipe. One that died before reading them (killed
+    at its memory limit, say) ends the run through its exit status, not as our failure."""
+    try:
+        write_frame(fd, obj, *raw)
+    except BrokenPipeError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _fork(body):
@@ -230,13 +258,15 @@ def _fork(body):
     return pid
 
 
-def _pump(run, pid, start, stdin_w, stdin_data, out_r, err_r, flag_r, report_r):
+def _pump(run, spares, start, stdin_data):
     """Feed stdin, collect output and enforce the wall, CPU and output limits until the
-    candidate and the grader have both ended (or a limit is reached)."""
+    candidate and (for a check) the grader have both ended, or a limit is reached."""
     limits = run.limits
     deadline = start + limits["timeout_s"]
-    waiting = {os.pidfd_open(pid): "candidate"}
-    if run.grader_pid is not None:
+    stdin_w, out_r, err_r, flag_r = spares.stdin_w, spares.out_r, spares.err_r, spares.flag_r
+    report_r = spares.report_r if run.grading else None
+    waiting = {os.pidfd_open(spares.candidate_pid): "candidate"}
+    if run.grading:
         waiting[os.pidfd_open(run.grader_pid)] = "grader"
     pidfds = list(waiting)
     os.set_blocking(stdin_w, False)
@@ -272,11 +302,11 @@ def _pump(run, pid, start, stdin_w, stdin_data, out_r, err_r, flag_r, report_r):
             elif _take(run, fd, out_r, err_r, flag_r) is False:
                 readers.remove(fd)
     kill_all()
-    reap_all(run, pid)
+    reap_all(run, spares.candidate_pid)
     for fd in readers:  # after the kill every writer is gone: take what is left
         while _take(run, fd, out_r, err_r, flag_r):
             pass
-    for fd in (out_r, err_r, flag_r, report_r, stdin_w, *pidfds):
+    for fd in (out_r, err_r, flag_r, spares.report_r, stdin_w, *pidfds):
         if fd is not None:
             os.close(fd)
 
@@ -382,18 +412,23 @@ def main():
                           "pid": os.getpid()})
     while True:
         try:
+            # Forked after the last run's tree is gone and its buffers are zeroed; the host
+            # moves the candidate into its cgroup (if it has one) before sending the request.
+            spares = fork_spares()
+            write_frame(ctl_out, {"spare": spares.candidate_pid})
             req = read_frame(ctl_in)
             if req is None:
                 return
-            tests = read_raw_frame(ctl_in, TESTS_CAP_BYTES) if req.get("grade") else None
-            reply, run = serve_one(req, tests, ctl_in, ctl_out)
+            tests = read_raw_frame(ctl_in, grader.TESTS_CAP_BYTES) if req.get("grade") else None
+            reply, run = serve_one(req, tests, spares)
         except Exception as e:  # noqa: BLE001 - report, then let the host recycle us
             kill_all()
             write_frame(ctl_out, {"harness_error": f"{type(e).__name__}: {e}"})
             return
-        write_frame(ctl_out, reply)
-        if tests is not None:  # the grader's report, forwarded unread, then wiped
-            write_raw_frame(ctl_out, memoryview(run.report)[:run.report_bytes])
+        if tests is None:
+            write_frame(ctl_out, reply)
+        else:  # with the grader's report, forwarded unread, then wiped
+            write_frame(ctl_out, reply, memoryview(run.report)[:run.report_bytes])
             zero(run.report, run.report_bytes)
 
 

@@ -21,7 +21,6 @@ from spade_ray.records import (
     TestOutcome,
     TestSuite,
     Verdict,
-    from_dict,
 )
 
 
@@ -29,7 +28,9 @@ def to_check_result(tests: TestSuite, result: ExecResult, report: dict[str, Any]
                     ) -> CheckResult:
     """`report` is protocol.grader_report's: outcomes only when the grader's report was valid,
     and the suspicion (grader-side evidence of probing) always."""
-    outcomes = tuple(from_dict(TestOutcome, o) for o in report.get("outcomes", ()))
+    # protocol._is_outcome checked each one's fields and types: no records.from_dict, whose
+    # type-hint resolution cost 0.1 ms per outcome on the host (measured).
+    outcomes = tuple(TestOutcome(**o) for o in report.get("outcomes", ()))
     passed = ("outcomes" in report and result.status is ExecStatus.OK and len(outcomes) ==
               tests.total and all(o.outcome is Verdict.PASSED for o in outcomes))
     return CheckResult(execution=result, outcomes=outcomes, tests_total=tests.total,

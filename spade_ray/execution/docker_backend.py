@@ -48,6 +48,7 @@ from spade_ray.execution.protocol import (
     grader_report,
     jail_digest,
     sandbox_error,
+    spare_pid,
     to_exec_result,
 )
 from spade_ray.records import ExecResult, ExecStatus, Limits, TestSuite
@@ -308,7 +309,7 @@ class DockerWorker:
         env = env_hash(self._facts, limits)
         # uid 65534 is shared with every other container of the host user namespace, so
         # RLIMIT_NPROC would count their processes too: the pids cgroup caps the tree instead.
-        request = build_request(code, stdin, limits, tests, handshake=False, rlimit_nproc=False,
+        request = build_request(code, stdin, limits, tests, rlimit_nproc=False,
                                 memory_cgroup=True, shares_memory_cgroup=True)
         started = time.monotonic()
         try:
@@ -330,9 +331,11 @@ class DockerWorker:
     def _exchange(self, request: Request, limits: Limits) -> tuple[dict, bytes | None]:
         # The harness enforces the limits; this deadline only catches a hung harness.
         deadline = time.monotonic() + limits.timeout_s + HOST_GRACE_S
-        self._channel.send(request.frame)
-        if request.tests is not None:
-            self._channel.send_raw(request.tests)
+        self._channel.send(request.frame, *(() if request.tests is None else (request.tests,)))
+        # The harness announced its spare candidate before reading our request; the container's
+        # cgroups hold it already, so we need not wait for that frame (a relay through the
+        # engine) before sending.
+        spare_pid(self._channel.recv(deadline))
         reply = self._channel.recv(deadline)
         if "harness_error" in reply:
             raise ChannelError(f"harness error: {reply['harness_error']}")

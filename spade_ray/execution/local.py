@@ -30,6 +30,7 @@ import os
 import signal
 import subprocess
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from spade_ray.execution import cgroups, seccomp
@@ -58,6 +59,7 @@ from spade_ray.execution.protocol import (
     grader_report,
     jail_digest,
     sandbox_error,
+    spare_pid,
     to_exec_result,
 )
 from spade_ray.records import ExecResult, Limits, TestSuite
@@ -85,6 +87,8 @@ class LocalWorker:
         self._runs = 0
         self._exec_seq = 0
         self._facts: dict = {}
+        self._mover = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
+        self._moved: Future | None = None  # _take_spare for the next run
         self._start()
 
     def _cgroup_mode(self) -> tuple[str | None, str]:
@@ -135,6 +139,7 @@ class LocalWorker:
             "packages": package_versions(self.packages), "enforced_by": self.enforced_by,
         }
         self._runs = 0
+        self._moved = self._mover.submit(self._take_spare)
 
     def _spawn(self, fds: list[int]) -> None:
         seccomp_fd = self._seccomp_fd()
@@ -219,6 +224,9 @@ class LocalWorker:
                     os.kill(self._harness_pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+            if self._moved is not None:  # it reads the channel: it ends at the harness's death
+                self._moved.exception()
+                self._moved = None
             try:
                 _, err = self._proc.communicate(timeout=10)
                 stderr = err.decode(errors="replace")
@@ -235,6 +243,7 @@ class LocalWorker:
 
     def close(self) -> None:
         self._stop()
+        self._mover.shutdown()
 
     # ------------------------------------------------------------------ running
 
@@ -252,11 +261,13 @@ class LocalWorker:
             self._start()
         env = env_hash(self._facts, limits)
         try:
-            cgroup = self._ready_cgroup(limits)
-            request = build_request(code, stdin, limits, tests, handshake=cgroup is not None,
-                                    rlimit_nproc=True, memory_cgroup=cgroup is not None,
-                                    shares_memory_cgroup=False)
-            reply, report = self._exchange(request, limits, cgroup)
+            self._moved.result()  # the candidate is in the cgroup, waiting for its job
+            cgroup = self._cgroup
+            if cgroup is not None:
+                cgroup.begin(limits)
+            request = build_request(code, stdin, limits, tests, rlimit_nproc=True,
+                                    memory_cgroup=cgroup is not None, shares_memory_cgroup=False)
+            reply, report = self._exchange(request, limits)
             measured = Measured(*cgroup.stats()) if cgroup else Measured()
         except (ChannelError, OSError) as e:
             self._stop()
@@ -265,38 +276,37 @@ class LocalWorker:
         self._runs += 1
         if reply["survivors"] or reply["cleanup_error"] or self._runs >= self.max_runs:
             self._stop()  # recycled lazily on the next run
+        else:
+            self._moved = self._mover.submit(self._take_spare)
         result = to_exec_result(reply, limits, measured, env=env, enforced_by=self.enforced_by)
         return result, grader_report(request, reply, report)
 
-    def _ready_cgroup(self, limits: Limits) -> cgroups.ExecCgroup | None:
-        """The worker's cgroup, reset for this run (made anew if a process outlived a run)."""
+    def _take_spare(self) -> None:
+        """Read the harness's spare candidate for the next run and move it into the worker's
+        cgroup (made anew if a process outlived the last run). Runs on the worker's own thread
+        from the end of a run, so that the move overlaps the caller's time between runs: on
+        cgroup v1 a migration waits for an RCU grace period unless another one happened
+        shortly before: 10-20 ms for more than a tenth of the runs when they came 10 ms apart
+        (measured here). The next run waits for it before it sends its request."""
+        candidate = spare_pid(self._channel.recv(time.monotonic() + START_TIMEOUT_S))
         if not self.cgroup_version:
-            return None
-        if self._cgroup is not None and not self._cgroup.begin(limits):
+            return
+        if self._cgroup is not None and self._cgroup.pids():
             self._drop_cgroup()
         if self._cgroup is None:
             self._exec_seq += 1
             self._cgroup = cgroups.ExecCgroup(self.cgroup_version,
-                                              f"{self.name}-{self._exec_seq}", limits)
-            self._cgroup.begin(limits)
-        return self._cgroup
+                                              f"{self.name}-{self._exec_seq}", self.limits)
+        self._cgroup.add(self._host_pid(candidate))
 
     def _drop_cgroup(self) -> None:
         if self._cgroup is not None:
             cgroup, self._cgroup = self._cgroup, None
             cgroup.destroy()
 
-    def _exchange(self, request: Request, limits: Limits, cgroup) -> tuple[dict, bytes | None]:
+    def _exchange(self, request: Request, limits: Limits) -> tuple[dict, bytes | None]:
         deadline = time.monotonic() + limits.timeout_s + HOST_GRACE_S
-        self._channel.send(request.frame)
-        if request.tests is not None:
-            self._channel.send_raw(request.tests)
-        if cgroup is not None:
-            forked = self._channel.recv(deadline)
-            if not forked.get("forked"):
-                raise ChannelError(f"expected the fork handshake, got {sorted(forked)}")
-            cgroup.add(self._host_pid(forked["candidate_pid"]))
-            self._channel.send({"go": True})
+        self._channel.send(request.frame, *(() if request.tests is None else (request.tests,)))
         reply = self._channel.recv(deadline)
         if "harness_error" in reply:
             raise ChannelError(f"harness error: {reply['harness_error']}")
@@ -305,12 +315,21 @@ class LocalWorker:
 
     def _host_pid(self, jail_pid: int) -> int:
         """The host pid of the harness's child that is `jail_pid` in the jail (the grader, its
-        other child, stays out of the candidate's cgroup)."""
-        children = Path(f"/proc/{self._harness_pid}/task/{self._harness_pid}/children")
-        for pid in children.read_text().split():
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("NSpid:") and int(line.split()[-1]) == jail_pid:
-                    return int(pid)
+        other child, stays out of the candidate's cgroup). Raw reads of /proc: through pathlib
+        this cost 0.2 ms of the host's 0.7 ms per execution (measured)."""
+        children = _read_proc(f"/proc/{self._harness_pid}/task/{self._harness_pid}/children")
+        for pid in reversed(children.split()):  # the candidate is forked last
+            status = _read_proc(f"/proc/{int(pid)}/status")
+            start = status.find(b"\nNSpid:")
+            if start >= 0 and int(status[start:].split(b"\n", 2)[1].split()[-1]) == jail_pid:
+                return int(pid)
         raise ChannelError(f"the candidate (pid {jail_pid} in the jail) is not a child of the "
                            f"harness {self._harness_pid}")
 
+
+def _read_proc(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 65536)
+    finally:
+        os.close(fd)

@@ -9,6 +9,7 @@ a check additionally needs the harness's sentinel (see checking.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import secrets
@@ -16,6 +17,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from spade_ray.execution.channel import ChannelError
 from spade_ray.records import ExecResult, ExecStatus, Limits, TestSuite
 
 SANDBOX_DIR = Path(__file__).resolve().parents[2] / "sandbox"
@@ -65,6 +67,13 @@ def address_space_mb(limits: Limits, memory_cgroup: bool) -> int:
     return limits.memory_mb + 128
 
 
+@functools.lru_cache(maxsize=64)
+def limits_fields(limits: Limits) -> dict[str, Any]:
+    """`dataclasses.asdict(limits)`, computed once per distinct Limits (frozen, so hashable): it
+    deep-copies every field, twice per execution otherwise. Callers must not modify it."""
+    return dataclasses.asdict(limits)
+
+
 def jail_digest() -> str:
     """sha256 of the jail's files, in order (the Docker image tag and the env hash follow it)."""
     digest = hashlib.sha256()
@@ -83,11 +92,18 @@ class Request:
     nonce: str = ""
 
 
+def spare_pid(frame: dict[str, Any]) -> int:
+    """The jail pid of the candidate the harness forked ahead of the next request."""
+    pid = frame.get("spare")
+    if type(pid) is not int:
+        raise ChannelError(f"expected the harness's spare frame, got {sorted(frame)}")
+    return pid
+
+
 def build_request(code: str, stdin: bytes | None, limits: Limits, tests: TestSuite | None,
-                  *, handshake: bool, rlimit_nproc: bool, memory_cgroup: bool,
+                  *, rlimit_nproc: bool, memory_cgroup: bool,
                   shares_memory_cgroup: bool) -> Request:
-    """`handshake`: the candidate waits until the host has moved it into its cgroup.
-    `rlimit_nproc`: the jail's uid is its own (a user namespace), so RLIMIT_NPROC counts only
+    """`rlimit_nproc`: the jail's uid is its own (a user namespace), so RLIMIT_NPROC counts only
     the jail. `memory_cgroup`: a memory cgroup caps the tree. `shares_memory_cgroup`: the server
     is in that cgroup too, so the candidate must be the OOM killer's first choice."""
     request: dict[str, Any] = {
@@ -95,8 +111,7 @@ def build_request(code: str, stdin: bytes | None, limits: Limits, tests: TestSui
         "shares_memory_cgroup": shares_memory_cgroup,
         "code": code,
         "stdin": stdin.decode("latin-1") if stdin is not None else None,
-        "limits": dataclasses.asdict(limits),
-        "handshake": handshake,
+        "limits": limits_fields(limits),
         "rlimit_nproc": rlimit_nproc,
         "grade": tests is not None,
     }
@@ -161,7 +176,7 @@ def _is_outcome(item: Any) -> bool:
 
 def env_hash(facts: dict[str, Any], limits: Limits) -> str:
     """A short digest of everything that makes a result reproducible."""
-    blob = json.dumps({"env": facts, "limits": dataclasses.asdict(limits)}, sort_keys=True)
+    blob = json.dumps({"env": facts, "limits": limits_fields(limits)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
