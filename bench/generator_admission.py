@@ -7,7 +7,8 @@ and sampling seeds, three decoding set-ups, measured in one run:
   frame     stop, plus continuing outputs that lack their inputs from `Inputs:\\n<function>(`
             (the frame constraint: loop.frame_tokens)
   frame-t0.6  the same at temperature 0.6 instead of 0.9 (fewer broken programs, more copies)
-  frame-4shot frame with four few-shot programs instead of two
+  frame-4shot frame with four few-shot programs instead of two (make run's default)
+  frame-6shot frame with six
 For each: outputs, admitted (with a 95% Wilson interval), tokens per output, seconds, and the
 most common rejection reasons. Admission is the run's own (tasks/admission.py, local sandbox).
 
@@ -78,7 +79,8 @@ def main() -> int:
                 "stop": (framed, 0, 2),
                 "frame": (framed, 96, 2),
                 "frame-t0.6": (dataclasses.replace(framed, temperature=0.6), 96, 2),
-                "frame-4shot": (framed, 96, 4)}
+                "frame-4shot": (framed, 96, 4),
+                "frame-6shot": (framed, 96, 6)}
     if args.only:
         variants = {k: variants[k] for k in args.only.split(",")}
     rows = []

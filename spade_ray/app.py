@@ -94,7 +94,7 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                 recorder=Recorder(run_id, run_dir, store, sink),
                 generation=stages.Generation(
                     cluster["generator"], templates["generator"],
-                    role_sampling(model.roles["generator"]), loop_cfg.few_shot,
+                    role_sampling(model.roles["generator"]), loop_cfg.generator_few_shot,
                     loop_cfg.max_similarity, limits, admission, loop_cfg.frame_tokens),
                 solving=stages.Solving(
                     cluster["solver"], {f: templates[f] for f in TaskFamily},

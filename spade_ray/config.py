@@ -84,7 +84,8 @@ class LoopConfig:
     replay_tasks_per_round: int = 0
     chunk_size: int = 2
     candidates: int = 4
-    few_shot: int = 2
+    few_shot: int = 2  # solved examples in a solver prompt
+    generator_few_shot: int = 4  # programs in a generator prompt (fewer: the model copies them)
     topics: list[str] = dataclasses.field(default_factory=list)
     pair_margin: float = 0.0
     max_similarity: float = 0.8  # a new task this close to a known one is a near-duplicate
