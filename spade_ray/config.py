@@ -66,18 +66,6 @@ class CapsConfig:
 
 
 @dataclasses.dataclass
-class AdmissionSettings:
-    """tasks.admission.AdmissionConfig, as the `loop.admission` group."""
-
-    min_examples: int = 2
-    visible_examples: int = 2
-    max_mutants: int = 8
-    min_mutation_score: float = 0.5
-    max_reference_cpu_s: float = 2.0
-    check_timeout_s: float = 0.5
-
-
-@dataclasses.dataclass
 class LoopConfig:
     rounds: int = 1
     tasks_per_round: int = 4
@@ -93,7 +81,8 @@ class LoopConfig:
         default_factory=lambda: [str(f) for f in TaskFamily])  # round-robin over prompts
     generator_reward: str = GeneratorReward.BAND  # preferences.generator
     frame_tokens: int = 96  # continue generator outputs that lack inputs (0: off)
-    admission: AdmissionSettings = dataclasses.field(default_factory=AdmissionSettings)
+    # tasks.admission.AdmissionConfig's fields (its defaults where absent)
+    admission: dict[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0
     caps: CapsConfig = dataclasses.field(default_factory=CapsConfig)
     archive_size: int = 200
@@ -179,7 +168,11 @@ def validate_loop(cfg: DictConfig | dict) -> LoopConfig:
 
 
 def admission_config(loop: LoopConfig) -> AdmissionConfig:
-    return AdmissionConfig(**dataclasses.asdict(loop.admission))
+    known = {f.name for f in dataclasses.fields(AdmissionConfig)}
+    unknown = set(loop.admission) - known
+    if unknown:
+        raise ValueError(f"loop.admission: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    return AdmissionConfig(**loop.admission)
 
 
 def validate_validation(cfg: DictConfig | dict) -> ValidationConfig:

@@ -5,7 +5,15 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from spade_ray.config import role_sampling, validate_learner, validate_model
+from spade_ray.config import (
+    admission_config,
+    role_sampling,
+    validate_learner,
+    validate_loop,
+    validate_model,
+)
+from spade_ray.preferences.generator import GeneratorReward
+from spade_ray.records import TaskFamily
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -96,3 +104,22 @@ def test_reading_the_config_schema_loads_neither_ray_nor_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("loop, message", [
+    ({"families": ["codegen", "essay"]}, "loop.families"),
+    ({"families": []}, "loop.families"),
+    ({"generator_reward": "happiness"}, "loop.generator_reward"),
+    ({"admission": {"max_mutant": 3}}, "unknown keys \\['max_mutant'\\]"),
+    ({"admission": {"min_mutation_score": 2}}, "min_mutation_score"),
+])
+def test_a_bad_self_play_setting_is_named(loop, message):
+    with pytest.raises(ValueError, match=message):
+        validate_loop({"topics": ["lists"], **loop})
+
+
+def test_self_play_settings_become_typed_values():
+    loop = validate_loop({"topics": ["lists"], "families": ["predict"], "generator_reward": "azr",
+                          "admission": {"max_mutants": 3}})
+    assert loop.families == [TaskFamily.PREDICT] and loop.generator_reward is GeneratorReward.AZR
+    assert admission_config(loop).max_mutants == 3
