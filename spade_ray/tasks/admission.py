@@ -37,7 +37,6 @@ import functools
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from spade_ray.execution import canonical
 from spade_ray.records import (
@@ -50,7 +49,7 @@ from spade_ray.records import (
     TaskSource,
     TestSuite,
 )
-from spade_ray.tasks.format import Proposal, call_text
+from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.mutation import mutants
 
 ALLOWED_IMPORTS = frozenset({"math", "itertools", "functools", "collections", "string", "re",
@@ -141,7 +140,6 @@ class _Core:
     """What the run established about a proposal: its examples, in input order."""
 
     examples: tuple[IOExample, ...]
-    args: tuple[tuple[Any, ...], ...]  # examples[i] is the call with args[i]
     cpu_s: float
 
 
@@ -228,7 +226,7 @@ def _core(proposal: Proposal, run, config: AdmissionConfig) -> _Core | str:
         return "reference_error"
     if first != second:
         return "nondeterministic"
-    examples, args = [], []
+    examples = []
     for inputs, (kind, text) in zip(proposal.inputs, first):
         if kind != "ok" or not isinstance(text, str) or len(text) > MAX_REPR_CHARS:
             continue
@@ -237,12 +235,11 @@ def _core(proposal: Proposal, run, config: AdmissionConfig) -> _Core | str:
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError,
                 canonical.NotPlainData):
             continue  # not plain data (an object, NaN, a frozenset): not an example
-        args.append(inputs)
     if len(examples) < config.min_examples:
         return "reference_raises"
     if len({e.expected for e in examples}) == 1:
         return "constant_outputs"
-    return _Core(tuple(examples), tuple(args), run.cpu_s)
+    return _Core(tuple(examples), run.cpu_s)
 
 
 def null_solvers(signature: str) -> dict[str, str]:
@@ -331,11 +328,6 @@ def make_task(p: Proposal, family: TaskFamily, topic: str, examples: tuple[IOExa
                 signature=p.signature, tests=suite, reference=p.reference, buggy=buggy,
                 visible=visible, limits=limits, source=source,
                 generator_version=generator_version)
-
-
-def shown_call(task: Task, example: IOExample) -> str:
-    """`f(1, 'a')` for an example of `task`."""
-    return call_text(task.entry_point, canonical.decode(example.args))
 
 
 def normalised_hash(reference: str) -> str:
