@@ -119,6 +119,8 @@ class RoundRecord:
         round's new ones (not replayed seeds or archive)."""
         store, v = self.recorder.store, self.versions
         candidates = solutions.candidates
+        for task in solutions.tasks:  # replayed seeds and archive too (a new task: a no-op)
+            store.record_task(self.index, task, True, "", v)
         store.record_candidates(self.index, candidates, v)
         store.record_executions(self.index, [(c.candidate_id, c.task_id, r)
                                              for c, r in zip(candidates, checks)], v)

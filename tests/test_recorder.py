@@ -123,3 +123,10 @@ def test_an_output_without_inputs_is_continued_from_the_inputs_frame():
                                      "    return 2 * x\nInputs:\ntw("]
     assert groups[0][0].text.endswith("Inputs:\ntw(3)\ntw(5)\n")
     assert groups[0][0].completion_tokens == 14
+
+
+def test_every_task_the_solver_attempts_is_in_the_trace(record):
+    solved(record, [f.check(passed=True), f.check(passed=False)])
+    db = sqlite3.connect(record.recorder.run_dir / "trace.sqlite")
+    joined = db.execute("SELECT COUNT(*) FROM candidates c JOIN tasks t USING (task_id)")
+    assert joined.fetchone()[0] == 2

@@ -11,7 +11,8 @@ Schema (SQLite). Every table starts with the stamp
 where the versions are the weights live when the row was written. Booleans are 0/1; columns
 marked JSON hold JSON text (use json_extract); primary keys make re-recording a no-op.
 
-  tasks             (run_id, round, task_id) -- every admitted task
+  tasks             (run_id, round, task_id) -- every admitted task, and every task the
+                    round's solver attempted (replayed seeds and archive: see source)
       task_id, valid (1), reason (''), family (codegen | repair | predict), topic,
       description, entry_point, signature, tests JSON {examples [{args, expected}], ...},
       reference, buggy (repair: the mutant to fix), visible JSON (examples in the prompt),
