@@ -25,6 +25,8 @@ import sys
 import time
 from types import SimpleNamespace
 
+from learning_result import wilson  # bench/ is on the path when this file runs
+
 from spade_ray.execution import Sandbox
 from spade_ray.records import Limits, SamplingParams, TaskFamily
 from spade_ray.rollout.actor import make_backend
@@ -49,15 +51,6 @@ class DirectEngines:
     def generate(self, prompts, sampling):
         return SimpleNamespace(completions=self.backend.generate(list(prompts), sampling),
                                lost=[])
-
-
-def wilson(k: int, n: int) -> tuple[float, float]:
-    if n == 0:
-        return (float("nan"), float("nan"))
-    z, p = 1.959964, k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def main() -> int:

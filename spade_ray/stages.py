@@ -267,12 +267,13 @@ def reward_generator(chunk: GeneratedChunk, pass_rates: Mapping[str, float],
     """Each output's reward from its admission and the solver's pass rate on its task; the
     outputs numbered from `first_index` (the round's outputs so far, in the order chunks
     complete: a killed round's rows are discarded before it re-runs, so numbers repeat)."""
-    inputs = tuple(dataclasses.replace(
-        item, index=first_index + i,
-        pass_rate=pass_rates.get(item.task_id) if item.task_id else None,
-        reward=generator_reward(item.task_id is not None, item.executed,
-                                pass_rates.get(item.task_id) if item.task_id else None, kind))
-        for i, item in enumerate(chunk.inputs))
+    rewarded = []
+    for i, item in enumerate(chunk.inputs):
+        rate = pass_rates.get(item.task_id) if item.task_id else None
+        rewarded.append(dataclasses.replace(
+            item, index=first_index + i, pass_rate=rate,
+            reward=generator_reward(item.task_id is not None, item.executed, rate, kind)))
+    inputs = tuple(rewarded)
     return GeneratorRewards(inputs, tuple(build_generator_pairs(inputs, round_index,
                                                                 solver_version)),
                             tuple(build_generator_groups(inputs)) if with_groups else ())
