@@ -3,12 +3,13 @@
     spade-ray run [HYDRA OVERRIDES...]          the self-play loop (a Hydra app: -m sweeps)
     spade-ray eval [--problems N] [--model M]   HumanEval pass@1 through the sandbox
     spade-ray trace RUN_DIR [summary|tasks|candidates TASK_ID|sql QUERY]
+    spade-ray diagnose RUN_DIR [--recheck N] [--backend local|docker] [--run-id ID] [--json]
     spade-ray sandbox exec FILE [--stdin FILE] [--timeout S] [--memory-mb N]
                                [--backend local|docker] [--json]
     spade-ray sandbox check TASK.json SOLUTION.py [--backend local|docker] [--json]
 
-Exit status: 0 when the program ran `ok` (exec) or passed every test (check), 1 otherwise,
-2 for bad input (the message names it).
+Exit status: 0 when the program ran `ok` (exec), passed every test (check) or every check of
+the run passed (diagnose), 1 otherwise, 2 for bad input (the message names it).
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ def _parser() -> argparse.ArgumentParser:
                        choices=["summary", "tasks", "candidates", "sql"])
     trace.add_argument("arg", nargs="?", help="TASK_ID for candidates, QUERY for sql")
     trace.set_defaults(handler=_trace)
+    diagnose = commands.add_parser("diagnose", help="check a run stage by stage "
+                                   "(see tracking/diagnose.py)")
+    diagnose.add_argument("run_dir", type=Path)
+    diagnose.add_argument("--recheck", type=int, default=0, metavar="N",
+                          help="re-execute N sampled candidates in the sandbox and compare")
+    diagnose.add_argument("--backend", default="local", help="sandbox for --recheck")
+    diagnose.add_argument("--run-id", help="the run to diagnose when the trace holds several")
+    diagnose.add_argument("--json", action="store_true", help="print one JSON object")
+    diagnose.set_defaults(handler=_diagnose)
     sandbox = commands.add_parser("sandbox", help="run untrusted code in the sandbox")
     sandbox_commands = sandbox.add_subparsers(required=True, metavar="SUBCOMMAND")
 
@@ -141,6 +151,21 @@ def _trace(args: argparse.Namespace) -> int:
     }[args.what]()
     print(query.format_table(rows, columns))
     return 0
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    from spade_ray.tracking import diagnose
+
+    trace = diagnose.load_run(args.run_dir, args.run_id)  # bad input fails before a sandbox starts
+    if args.recheck > 0:
+        from spade_ray.execution import Sandbox
+
+        with Sandbox(backend=args.backend, workers=1) as sandbox:
+            result = diagnose.diagnose(trace, args.recheck, sandbox)
+    else:
+        result = diagnose.diagnose(trace, args.recheck)  # a negative count is refused there
+    print(diagnose.diagnosis_json(result) if args.json else diagnose.format_diagnosis(result))
+    return result.exit_code
 
 
 def _print_exec(result: ExecResult, as_json: bool) -> None:
