@@ -69,8 +69,8 @@ def candidate_program(task: Task, completion: str, chat: bool) -> str:
         code = (match.group(1) if match else completion).strip("\n") + "\n"
     elif task.family is TaskFamily.PREDICT:
         code = completion
-    else:
-        code = f"{task.signature}{completion}".rstrip() + "\n"
+    else:  # the prompt ends with the signature's line: the model writes the lines below it
+        code = f"{task.signature}\n{completion}".rstrip() + "\n"
     if task.family is TaskFamily.PREDICT:
         code = next((line.strip() for line in code.splitlines() if line.strip()), "")
     # What the model wrote is run as it is, even when it cannot run: a NUL byte (which the

@@ -48,7 +48,10 @@ def test_codegen_prompt_shows_examples_and_ends_at_the_signature(seeds):
 
 def test_codegen_candidate_is_signature_plus_body_and_runs_as_written(sandbox, seeds):
     task = of(seeds, TaskFamily.CODEGEN, "reverse_string")
-    code = candidate_program(task, "\n    return s[::-1]\n### Task", chat=False)
+    prompt = solver_prompt(FEWSHOT, task, seeds, 1)
+    assert prompt.endswith(f"{task.signature}\n")  # the model continues with the body's lines
+    code = candidate_program(task, "    if not s:\n        return s\n    return s[::-1]\n",
+                             chat=False)
     assert code.startswith(task.signature) and executable(task, code) == code
     assert sandbox.check(code, task.tests).passed
     assert not sandbox.check(candidate_program(task, "\n    return s", False), task.tests).passed
