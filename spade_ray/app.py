@@ -25,6 +25,7 @@ from spade_ray.config import (
     ModelConfig,
     SandboxConfig,
     admission_config,
+    control_config,
     role_sampling,
     sandbox_limits,
     validate_learner,
@@ -102,7 +103,7 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                 executor=executor, limits=limits, loop=loop_cfg, validation=validation,
                 validation_problems=problems, seeds=seeds,
                 trainer=start_trainer(cluster, model, learner, params, problems, run_dir)
-                if params else None)
+                if params else None, control=control_config(loop_cfg))
             metrics = loop.run_rounds(the_run)
     finally:
         sink.close()

@@ -18,6 +18,7 @@ from spade_ray.preferences.generator import GeneratorReward
 from spade_ray.records import LearnerParams, Limits, SamplingParams, TaskFamily, TrainAlgorithm
 from spade_ray.rollout.backend import BACKENDS
 from spade_ray.tasks.admission import AdmissionConfig
+from spade_ray.tasks.control import ControlConfig
 
 ROLES = ("generator", "solver")
 NO_LEARNER = "none"  # collect-only rounds
@@ -83,6 +84,8 @@ class LoopConfig:
     frame_tokens: int = 96  # continue generator outputs that lack inputs (0: off)
     # tasks.admission.AdmissionConfig's fields (its defaults where absent)
     admission: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # tasks.control.ControlConfig's fields: difficulty band, diversity, collapse and rollback
+    control: dict[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0
     caps: CapsConfig = dataclasses.field(default_factory=CapsConfig)
     archive_size: int = 200
@@ -164,6 +167,7 @@ def validate_loop(cfg: DictConfig | dict) -> LoopConfig:
                          f"{[str(r) for r in GeneratorReward]}")
     loop.generator_reward = GeneratorReward(loop.generator_reward)
     admission_config(loop)  # AdmissionConfig checks the values
+    control_config(loop)  # so does ControlConfig
     return loop
 
 
@@ -173,6 +177,14 @@ def admission_config(loop: LoopConfig) -> AdmissionConfig:
     if unknown:
         raise ValueError(f"loop.admission: unknown keys {sorted(unknown)}; known: {sorted(known)}")
     return AdmissionConfig(**loop.admission)
+
+
+def control_config(loop: LoopConfig) -> ControlConfig:
+    known = {f.name for f in dataclasses.fields(ControlConfig)}
+    unknown = set(loop.control) - known
+    if unknown:
+        raise ValueError(f"loop.control: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    return ControlConfig(**loop.control)
 
 
 def validate_validation(cfg: DictConfig | dict) -> ValidationConfig:

@@ -6,6 +6,8 @@
         scores, pairs = score(solutions, results); generator rewards and pairs from pass rates
         if the learner holds enough pairs: update the policy and publish it to the engines
         validate once on the fixed set; the gate keeps or rolls back the update; record
+        steer: the difficulty asked of the generator moves towards the band; on a collapse
+        alarm the last good weights are served again and hard seed tasks are replayed
 
 Generation streams: a producer thread (streaming.Ahead) writes and validates the next chunk of
 tasks while this thread solves, executes and scores the current one, and the solver also
@@ -17,6 +19,7 @@ complete with weights nobody checked.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import random
@@ -25,12 +28,32 @@ from collections.abc import Callable, Iterator, Sequence
 
 from spade_ray import stages
 from spade_ray.config import CapsConfig, LoopConfig, ValidationConfig
+from spade_ray.evaluation import humaneval
 from spade_ray.evaluation.humaneval import HumanEvalProblem, ValidationResult
 from spade_ray.execution import Executor
 from spade_ray.recorder import Recorder, RoundRecord
-from spade_ray.records import LearnOutcome, Limits, RoundMetrics, RoundState, Task, TrainAlgorithm
+from spade_ray.records import (
+    LearnOutcome,
+    Limits,
+    RoundMetrics,
+    RoundState,
+    Task,
+    TrainAlgorithm,
+    UpdateStatus,
+)
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.streaming import Ahead
+from spade_ray.tasks.control import (
+    ControlConfig,
+    Guidance,
+    RoundSignals,
+    alarm,
+    collapse_evidence,
+    hardest,
+    level_label,
+    next_level,
+    target_pass_rate,
+)
 from spade_ray.tasks.prompting import family_schedule, topic_schedule
 from spade_ray.tracking import Versions
 from spade_ray.training import Trainer
@@ -41,11 +64,15 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     record = run.recorder.start_round(index, run.served_versions())
     budget = Budget(run.loop.caps)
     known = [*run.seeds, *state.archive]
+    started_from = run.trainer.carry(state) if run.trainer is not None else state
+    injected = [t for t in run.seeds if t.task_id in state.inject]  # after a collapse alarm
     replay, cursor = stages.replay_tasks(run.seeds, state.archive, state.replay_cursor,
                                          run.loop.replay_tasks_per_round)
-    solve_execute_score(run, record, budget, replay, generated=False)
+    solve_execute_score(run, record, budget, [*injected, *(t for t in replay if t not in
+                                                           injected)], generated=False)
     solving = True  # until a cap is reached; a chunk already generated is still recorded
-    for chunk in generated_chunks(run, record, budget, known, keep_going=lambda: solving):
+    for chunk in generated_chunks(run, record, budget, known, state,
+                                  keep_going=lambda: solving):
         solving = solving and not budget.exhausted(record) and solve_execute_score(
             run, record, budget, chunk.valid_tasks, generated=True)
         record.rewarded(stages.reward_generator(
@@ -53,29 +80,88 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
             record.generator_outputs, record.versions.solver,
             with_groups=run.algorithm is TrainAlgorithm.GRPO))
     _attempt(record, "export", record.export_pairs)
-    outcome, pass_at_1_served = learn_and_validate(run, record)
-    next_state = RoundState(
-        archive=stages.update_archive(state.archive, record.new_tasks, run.loop.archive_size),
-        replay_cursor=cursor)
+    outcome, pass_at_1_served, tiers = learn_and_validate(run, record)
+    control = run.control
+    metrics = record.metrics(pass_at_1_served, len(run.validation_problems), outcome,
+                             budget.meters, budget.elapsed_s(),
+                             band=(control.band_low, control.band_high),
+                             level=state.control_level, tiers=tiers, injected=len(injected))
+    archive = stages.update_archive(state.archive, record.new_tasks, run.loop.archive_size)
+    metrics, next_state = steer(run, metrics, dataclasses.replace(
+        state, archive=archive, replay_cursor=cursor, inject=()), started_from,
+        {t.task_id for t in [*run.seeds, *archive]}, record.task_pass_rates)
     if run.trainer is not None:
         next_state = run.trainer.carry(next_state)
-    metrics = record.metrics(pass_at_1_served, len(run.validation_problems), outcome,
-                             budget.meters, budget.elapsed_s())
     return metrics, next_state
 
 
+def steer(run: Run, metrics: RoundMetrics, state: RoundState, started_from: RoundState,
+          known: set[str], measured: dict[str, float]) -> tuple[RoundMetrics, RoundState]:
+    """The co-evolution controller after a round (tasks/control.py): the next difficulty
+    level, the pass rates the exemplars are chosen by, and the collapse check. On an alarm
+    the weights that served the last round without evidence are served again (under a new
+    version; one policy serves both roles, so the solver goes back with the generator) and the
+    hardest seeds are replayed next round. `started_from`: the trainer's state when this
+    round began, the last good one if the round shows no evidence."""
+    config = run.control
+    history = [*run.recorder.all_metrics(), metrics]
+    signals = [round_signals(m) for m in history]
+    rates = {k: v for k, v in (*state.task_pass_rates, *measured.items()) if k in known}
+    state = dataclasses.replace(state, control_level=next_level(
+        state.control_level, signals[-1], config), task_pass_rates=tuple(sorted(rates.items())))
+    evidence = collapse_evidence(signals, config) if config.collapse_detection else ()
+    metrics = dataclasses.replace(metrics, collapse_evidence=evidence)
+    if not evidence:
+        return metrics, dataclasses.replace(
+            state, good_checkpoint=started_from.learner_checkpoint,
+            good_version=started_from.weights_version,
+            good_pass_at_1=started_from.served_pass_at_1)
+    if not alarm(evidence, history[-2].collapse_evidence if len(history) > 1 else ()):
+        return metrics, state
+    rollback = None
+    if config.rollback and run.trainer is not None and state.good_checkpoint:
+        rollback = run.trainer.roll_back(state.good_checkpoint, state.good_version,
+                                         state.good_pass_at_1)
+    hard = hardest(run.seeds, rates, config.inject_hard)
+    print(f"round {metrics.round}: collapse alarm ({'; '.join(evidence)}): "
+          + (f"serving the weights of version {rollback} again, " if rollback is not None
+             else "no earlier weights to roll back to, ")
+          + f"replaying the {len(hard)} hardest seed tasks next round", flush=True)
+    return (dataclasses.replace(metrics, collapse_alarm=evidence, generator_rollback=rollback),
+            dataclasses.replace(state, inject=tuple(t.task_id for t in hard)))
+
+
+def round_signals(m: RoundMetrics) -> RoundSignals:
+    reasons = dict(m.rejection_reasons)
+    return RoundSignals(proposed=m.tasks_proposed,
+                        duplicates=reasons.get("duplicate", 0) + reasons.get("near_duplicate", 0),
+                        new_task_pass_rate=m.new_task_pass_rate, rated=m.new_task_candidates,
+                        task_diversity=m.task_diversity,
+                        candidate_diversity=m.candidate_diversity,
+                        validation_pass_at_1=m.validation_pass_at_1)
+
+
 def generated_chunks(run: Run, record: RoundRecord, budget: Budget, known: list[Task],
-                     keep_going: Callable[[], bool]) -> Iterator[stages.GeneratedChunk]:
+                     state: RoundState, keep_going: Callable[[], bool]
+                     ) -> Iterator[stages.GeneratedChunk]:
     """The round's (topic, family) prompts, a chunk at a time, generated and admitted by
     execution one chunk ahead on a producer thread (until `keep_going()` turns False or the
-    wall cap is reached);
-    each chunk recorded as it arrives."""
+    wall cap is reached); each chunk recorded as it arrives. The controller's state picks
+    the exemplars and the difficulty asked for, the archive's topics the schedule."""
+    control = run.control
+    level = state.control_level
+    guidance = Guidance(
+        pass_rates=dict(state.task_pass_rates),
+        target=target_pass_rate(level, control) if control.exemplars_by_difficulty else None,
+        difficulty=level_label(level, control) if control.difficulty_labels else None)
     generate = functools.partial(
         run.generation.generate, known=known, meter=budget.generator, executor=run.executor,
-        rng=random.Random(run.loop.seed * 1_000_003 + record.index))
-    work = list(zip(topic_schedule(list(run.loop.topics), run.loop.tasks_per_round, record.index),
-                    family_schedule(list(run.loop.families), run.loop.tasks_per_round,
-                                    record.index)))
+        rng=random.Random(run.loop.seed * 1_000_003 + record.index), guidance=guidance)
+    topics = topic_schedule(list(run.loop.topics), run.loop.tasks_per_round, record.index,
+                            collections.Counter(t.topic for t in state.archive),
+                            control.max_topic_share)
+    work = list(zip(topics, family_schedule(list(run.loop.families), run.loop.tasks_per_round,
+                                            record.index)))
     ahead = Ahead(generate, [work[i:i + run.loop.chunk_size]
                              for i in range(0, len(work), run.loop.chunk_size)],
                   keep_going=lambda: keep_going() and budget.wall_left(),
@@ -111,9 +197,10 @@ def solve_execute_score(run: Run, record: RoundRecord, budget: Budget, tasks: Se
 
 
 def learn_and_validate(run: Run, record: RoundRecord
-                       ) -> tuple[LearnOutcome | None, float | None]:
+                       ) -> tuple[LearnOutcome | None, float | None, tuple[tuple[str, float], ...]]:
     """The update (if any), the validation of what the engines then serve, the gate's verdict;
-    the outcome and the validation pass@1 of the weights served after it."""
+    the outcome, the validation pass@1 of the weights served after it and its pass@1 per tier
+    (empty when the gate rolled the measured weights back)."""
     published = None
     if run.trainer is not None:
         started = time.monotonic()
@@ -123,10 +210,13 @@ def learn_and_validate(run: Run, record: RoundRecord
     started = time.monotonic()
     validation = run.validate()
     record.timed("validation", time.monotonic() - started)
+    tiers = (() if validation is None
+             else humaneval.pass_at_1_by_tier(validation, run.validation_problems))
     if run.trainer is None:
-        return None, pass_at_1(validation)
+        return None, pass_at_1(validation), tiers
     outcome = run.trainer.gate(published, validation)
-    return outcome, run.trainer.served_pass_at_1
+    return (outcome, run.trainer.served_pass_at_1,
+            () if outcome.update is UpdateStatus.REJECTED else tiers)
 
 
 def run_rounds(run: Run) -> list[RoundMetrics]:
@@ -157,6 +247,7 @@ class Run:
     validation_problems: tuple[HumanEvalProblem, ...]
     seeds: tuple[Task, ...]
     trainer: Trainer | None = None  # None: collect-only rounds (learner=none)
+    control: ControlConfig = ControlConfig()
 
     @property
     def algorithm(self) -> TrainAlgorithm | None:

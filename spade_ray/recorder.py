@@ -31,6 +31,7 @@ from spade_ray.records import (
 )
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.stages import CapReached, GeneratedChunk, GeneratorRewards, Scored, Solutions
+from spade_ray.tasks.control import task_diversity
 from spade_ray.tracking import MetricsSink, TraceStore, Versions
 
 
@@ -191,9 +192,12 @@ class RoundRecord:
                             self.recorder.run_dir / "pairs" / f"round_{self.index:03d}")
 
     def metrics(self, validation_pass_at_1: float | None, validation_problems: int,
-                outcome: LearnOutcome | None, meters: dict[str, TokenMeter], wall_s: float
-                ) -> RoundMetrics:
+                outcome: LearnOutcome | None, meters: dict[str, TokenMeter], wall_s: float,
+                band: tuple[float, float] = (), level: int = 0,
+                tiers: tuple[tuple[str, float], ...] = (), injected: int = 0) -> RoundMetrics:
         rates = list(self.task_pass_rates.values())
+        generated = [self.task_pass_rates[t.task_id] for t in self.new_tasks
+                     if t.task_id in self.task_pass_rates]
         rewards = self.generator_rewards
         learned = {} if outcome is None else dataclasses.asdict(outcome)
         return RoundMetrics(
@@ -212,6 +216,12 @@ class RoundRecord:
             generator_reward_mean=sum(rewards) / len(rewards) if rewards else None,
             family_tasks=tuple(sorted(self.family_tasks.items())),
             family_pairs=tuple(sorted(self.family_pairs.items())),
+            topic_tasks=tuple(sorted(collections.Counter(t.topic for t in self.new_tasks)
+                                     .items())),
+            difficulty_band=tuple(band), control_level=level,
+            generator_difficulty=1 - sum(generated) / len(generated) if generated else None,
+            task_diversity=task_diversity(self.new_tasks), hard_tasks_injected=injected,
+            validation_tiers=tiers,
             candidate_diversity=self.distinct / self.sampled if self.sampled else 0.0,
             tokens_generator=meters["generator"].total, tokens_solver=meters["solver"].total,
             sandbox_cpu_s=round(self.sandbox_cpu_s, 3),
@@ -230,8 +240,21 @@ def round_line(m: RoundMetrics) -> str:
             f"{m.tasks_valid}/{m.tasks_proposed} valid (rejected: {reasons}) | new-task pass "
             f"{m.new_task_pass_rate:.2f} | difficulty {m.mean_difficulty:.2f} | pairs {m.pairs} "
             f"({m.pairs_from_generated} on generated tasks, {m.generator_pairs} generator)"
+            f"{_control_part(m)}"
             f" | diversity {m.candidate_diversity:.2f} | tokens {m.tokens_generator}+"
             f"{m.tokens_solver} | {sandbox} | {m.wall_s:.0f} s" + _update_part(m))
+
+
+def _control_part(m: RoundMetrics) -> str:
+    """The controller's level, the band the new-task pass rate is held in, and any alarm."""
+    if not m.difficulty_band:
+        return ""
+    low, high = m.difficulty_band
+    part = f" | level {m.control_level:+d} (band {low:.1f}-{high:.1f})"
+    if m.collapse_alarm:
+        part += " | COLLAPSE ALARM" + ("" if m.generator_rollback is None
+                                       else f", rolled back to v{m.generator_rollback}")
+    return part
 
 
 def _update_part(m: RoundMetrics) -> str:

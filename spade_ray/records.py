@@ -369,6 +369,20 @@ class RoundMetrics:
     generator_reward_mean: float | None = None  # over the round's rewarded generator outputs
     family_tasks: tuple[tuple[str, int], ...] = ()  # (family, admitted generated tasks)
     family_pairs: tuple[tuple[str, int], ...] = ()  # (family, solver pairs)
+    topic_tasks: tuple[tuple[str, int], ...] = ()  # (topic, admitted generated tasks)
+    # co-evolution control (tasks/control.py): the band the new-task pass rate aims at, the
+    # difficulty level the generator was asked for (+ harder, - easier), the generator's
+    # difficulty (mean 1 - pass rate over this round's generated tasks), their diversity
+    # (1 - mean pairwise similarity), the collapse evidence, and what an alarm did
+    difficulty_band: tuple[float, ...] = ()
+    control_level: int = 0
+    generator_difficulty: float | None = None
+    task_diversity: float | None = None
+    collapse_evidence: tuple[str, ...] = ()
+    collapse_alarm: tuple[str, ...] = ()  # the evidence, when it raised the alarm
+    generator_rollback: int | None = None  # the version served again after the alarm
+    hard_tasks_injected: int = 0  # hardest seeds replayed because the last round alarmed
+    validation_tiers: tuple[tuple[str, float], ...] = ()  # (tier, pass@1) of the served weights
 
     @property
     def valid_task_rate(self) -> float:
@@ -450,6 +464,15 @@ class RoundState:
     weights_version: int = 0  # the version the engines serve
     # validation pass@1 of the served weights: what the next update's gate compares against
     served_pass_at_1: float | None = None
+    # co-evolution control (tasks/control.py): the generator's difficulty level, the last
+    # measured pass rate of each known task (task id, rate), the hardest seeds to replay next
+    # round after a collapse alarm, and the last state no collapse evidence was seen in
+    control_level: int = 0
+    task_pass_rates: tuple[tuple[str, float], ...] = ()
+    inject: tuple[str, ...] = ()
+    good_checkpoint: str | None = None
+    good_version: int = 0
+    good_pass_at_1: float | None = None
 
 
 def to_dict(record: Any) -> dict[str, Any]:

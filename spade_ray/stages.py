@@ -45,6 +45,7 @@ from spade_ray.rollout.actor import RoleEngines
 from spade_ray.rollout.sampling import TokenBudgetExceeded, TokenMeter, sample_distinct
 from spade_ray.tasks import candidate_program, executable
 from spade_ray.tasks.admission import AdmissionConfig, Admitted, admit, normalised_hash
+from spade_ray.tasks.control import Guidance
 from spade_ray.tasks.diversity import most_similar
 from spade_ray.tasks.families import solver_prompt
 from spade_ray.tasks.format import Proposal, TaskFormatError, inputs_frame, parse_proposal
@@ -86,8 +87,10 @@ class Generation:
     frame_tokens: int = 0  # > 0: continue outputs that lack their inputs (`complete_frames`)
 
     def generate(self, work: Sequence[tuple[str, TaskFamily]], known: Sequence[Task],
-                 rng: random.Random, meter: TokenMeter, executor: Executor) -> GeneratedChunk:
-        prompts = [generator_prompt(self.template, topic, list(known), self.few_shot, rng)
+                 rng: random.Random, meter: TokenMeter, executor: Executor,
+                 guidance: Guidance = Guidance()) -> GeneratedChunk:
+        prompts = [generator_prompt(self.template, topic, list(known), self.few_shot, rng,
+                                    guidance=guidance)
                    for topic, _ in work]
         started = time.monotonic()
         sample = _sample(self.engines, prompts, self.sampling, meter, resample_rounds=1)

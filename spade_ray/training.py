@@ -131,6 +131,22 @@ class Trainer:
         return LearnOutcome(UpdateStatus.REJECTED if rejected_by else UpdateStatus.ACCEPTED,
                             self.learner.step(), published.loss, measured, logp, rejected_by)
 
+    def roll_back(self, checkpoint: str, version: int, served_pass_at_1: float | None
+                  ) -> int | None:
+        """Serve the weights of an earlier accepted `checkpoint` (they served as `version`)
+        again, under a new version, and make them the gate's baseline; the version rolled back
+        to, or None when they are what is served now."""
+        if checkpoint == self.accepted_checkpoint:
+            return None
+        self.learner.load_checkpoint(checkpoint)
+        self.accepted_checkpoint = checkpoint
+        self.served = self.learner.policy_state_dict()
+        self.version += 1
+        self._publish(self.served, self.version)
+        self.heldout_logp = self.measure_heldout()
+        self.served_pass_at_1 = served_pass_at_1
+        return version
+
     def measure_heldout(self) -> float | None:
         """The learner's current mean token log-prob on `heldout` (None when the gate is off)."""
         pending = self._heldout_pending()

@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from spade_ray.config import (
     admission_config,
+    control_config,
     role_sampling,
     validate_learner,
     validate_loop,
@@ -112,6 +113,8 @@ def test_reading_the_config_schema_loads_neither_ray_nor_torch():
     ({"generator_reward": "happiness"}, "loop.generator_reward"),
     ({"admission": {"max_mutant": 3}}, "unknown keys \\['max_mutant'\\]"),
     ({"admission": {"min_mutation_score": 2}}, "min_mutation_score"),
+    ({"control": {"band": [0.3, 0.7]}}, "loop.control: unknown keys \\['band'\\]"),
+    ({"control": {"band_low": 0.8}}, "band_low < band_high"),
 ])
 def test_a_bad_self_play_setting_is_named(loop, message):
     with pytest.raises(ValueError, match=message):
@@ -123,3 +126,5 @@ def test_self_play_settings_become_typed_values():
                           "admission": {"max_mutants": 3}})
     assert loop.families == [TaskFamily.PREDICT] and loop.generator_reward is GeneratorReward.AZR
     assert admission_config(loop).max_mutants == 3
+    control = control_config(validate_loop({"topics": ["lists"], "control": {"band_high": 0.6}}))
+    assert (control.band_low, control.band_high) == (0.3, 0.6)

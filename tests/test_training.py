@@ -158,3 +158,18 @@ def test_a_rejected_update_restores_the_learner(placed, tmp_path):
     accepted = trainer.heldout_logp
     trainer.gate(trainer.update(pairs(4, flipped=True)), validation(0.5))
     assert trainer.measure_heldout() == pytest.approx(accepted, abs=1e-5)
+
+
+def test_a_collapse_rollback_serves_an_earlier_accepted_checkpoint_under_a_new_version(
+        placed, tmp_path):
+    trainer = start(placed, tmp_path)
+    good = trainer.carry(RoundState())  # what served a round without collapse evidence
+    served = served_text(placed[0]).text
+    trainer.gate(trainer.update(pairs(2)), validation(0.5))  # accepted: the "collapsed" policy
+    assert served_text(placed[0]).text != served
+    rolled_to = trainer.roll_back(good.learner_checkpoint, good.weights_version, 0.25)
+    after = served_text(placed[0])
+    assert (rolled_to, after.text, after.weights_version, trainer.served_pass_at_1,
+            trainer.accepted_checkpoint) == (good.weights_version, served, good.weights_version
+                                             + 2, 0.25, good.learner_checkpoint)
+    assert trainer.roll_back(good.learner_checkpoint, good.weights_version, 0.25) is None

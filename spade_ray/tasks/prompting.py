@@ -9,18 +9,27 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 
 from spade_ray.execution import canonical
 from spade_ray.records import Task, TaskFamily
+from spade_ray.tasks.control import Guidance, difficulty_label, rank_exemplars
 from spade_ray.tasks.format import call_text, render_proposal
 from spade_ray.tasks.templates import PromptTemplate, render
 
 
-def topic_schedule(topics: list[str], count: int, round_index: int) -> list[str]:
+def topic_schedule(topics: list[str], count: int, round_index: int,
+                   admitted: Mapping[str, int] | None = None,
+                   max_share: float = math.inf) -> list[str]:
     """`count` topics with an even per-topic quota (ceil(count / topics)), rotated by round so
-    every topic leads in turn."""
+    every topic leads in turn. A topic holding more than `max_share` fair shares of the
+    `admitted` tasks so far (topic -> count) sits out the round: forced switching, so one
+    topic the generator finds easy cannot fill the archive."""
     if not topics:
         raise ValueError("the experiment lists no topics")
+    admitted = admitted or {}
+    fair = sum(admitted.get(t, 0) for t in topics) / len(topics)
+    topics = [t for t in topics if admitted.get(t, 0) <= max_share * fair] or topics
     quota = math.ceil(count / len(topics))
     start = round_index % len(topics)
     rotated = topics[start:] + topics[:start]
@@ -37,16 +46,34 @@ def family_schedule(families: list[TaskFamily], count: int, round_index: int
 
 
 def generator_prompt(template: PromptTemplate, topic: str, pool: list[Task], shots: int,
-                     rng: random.Random, tokenizer=None) -> str:
-    """Few-shot programs of the pool (distinct references; the same topic first)."""
+                     rng: random.Random, tokenizer=None, guidance: Guidance = Guidance()
+                     ) -> str:
+    """Few-shot programs of the pool (distinct references): the same topic first, then (with
+    a target) the measured pass rate closest to the guidance's target. With a difficulty, each
+    program's topic line carries its measured difficulty and the asked-for one the target's
+    (tasks/control.py)."""
     programs = list({t.reference: t for t in pool if t.family is not TaskFamily.PREDICT
                      }.values())
-    same_topic = [t for t in programs if t.topic == topic]
-    others = [t for t in programs if t.topic != topic]
-    chosen = (rng.sample(same_topic, min(shots, len(same_topic)))
-              + rng.sample(others, max(0, min(shots - len(same_topic), len(others)))))
-    examples = [{"topic": t.topic, "task": render_task(t)} for t in chosen]
-    return render(template, examples, tokenizer, topic=topic)
+    rates = _rates_by_reference(pool, guidance.pass_rates)
+    by_id = {t.task_id: rates[t.reference] for t in programs if t.reference in rates}
+    chosen = rank_exemplars(programs, topic, guidance.target, by_id,
+                            [rng.random() for _ in programs])[:shots]
+    if guidance.difficulty is None:
+        examples = [{"topic": t.topic, "task": render_task(t)} for t in chosen]
+        return render(template, examples, tokenizer, topic=topic)
+    examples = [{"topic": f"{t.topic} ({difficulty_label(by_id.get(t.task_id))})",
+                 "task": render_task(t)} for t in chosen]
+    return render(template, examples, tokenizer, topic=f"{topic} ({guidance.difficulty})")
+
+
+def _rates_by_reference(pool: list[Task], pass_rates: Mapping[str, float]) -> dict[str, float]:
+    """The mean measured pass rate of each reference over its tasks (a seed program is a
+    codegen, a repair and a predict task, each measured on its own)."""
+    rates: dict[str, list[float]] = {}
+    for task in pool:
+        if task.task_id in pass_rates:
+            rates.setdefault(task.reference, []).append(pass_rates[task.task_id])
+    return {ref: sum(r) / len(r) for ref, r in rates.items()}
 
 
 def render_task(task: Task) -> str:
