@@ -1,0 +1,113 @@
+"""One run's trace for `spade-ray diagnose` (see diagnose.py): `load_run` reads
+run_dir/trace.sqlite through query.py's read-only connection, turns its rows into records with
+schema.py, and adds the run's metrics.jsonl lines, into one frozen `RunTrace`.
+
+Scope: reading and validating the inputs (the directory, the schema version, which run id).
+Non-goals: writing or repairing a trace (trace.py), judging what was read (the section modules).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from spade_ray.records import (
+    Candidate,
+    CheckResult,
+    Completion,
+    PreferencePair,
+    RoundMetrics,
+    Score,
+    Task,
+)
+from spade_ray.tracking import query, schema
+from spade_ray.tracking.metrics import load_metrics
+from spade_ray.tracking.schema import GeneratorInput, TracedTask
+
+Keyed = tuple[int, str]  # (round, candidate_id): the key of executions and scores rows
+
+
+@dataclasses.dataclass(frozen=True)
+class RunTrace:
+    """One run's rows as records, each with its round; read once, read-only."""
+
+    run_dir: Path
+    run_id: str
+    completed: tuple[int, ...]
+    tasks: tuple[tuple[int, TracedTask], ...]
+    inputs: tuple[tuple[int, GeneratorInput], ...]
+    candidates: tuple[tuple[int, Candidate], ...]
+    checks: dict[Keyed, CheckResult]
+    scores: dict[Keyed, Score]
+    pairs: tuple[tuple[int, PreferencePair], ...]
+    metrics: tuple[RoundMetrics, ...]
+
+    @property
+    def rounds(self) -> tuple[int, ...]:
+        found = {r for r, _ in (*self.tasks, *self.inputs, *self.candidates, *self.pairs)}
+        return tuple(sorted(found | set(self.completed)))
+
+    def known_tasks(self) -> dict[str, Task]:
+        return {t.task.task_id: t.task for _, t in self.tasks}
+
+
+def load_run(run_dir: str | Path, run_id: str | None = None) -> RunTrace:
+    """Read run_dir/trace.sqlite (read-only) and metrics.jsonl; ValueError names a bad input."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"no run directory at {run_dir} (give runs/NAME of a run)")
+    db = run_dir / "trace.sqlite"
+    if not db.is_file():
+        raise ValueError(f"no trace at {db}: a run writes run_dir/trace.sqlite")
+    run_id = _one_run_id(db, run_id)
+    rows = {table: _rows(db, table, run_id) for table in schema.TABLES}
+    return RunTrace(
+        run_dir=run_dir, run_id=run_id,
+        completed=tuple(r["round"] for r in rows["rounds"]),
+        tasks=tuple((r["round"], TracedTask(schema.row_to_record("tasks", Task, r),
+                                            bool(r["valid"]), r["reason"]))
+                    for r in rows["tasks"]),
+        inputs=tuple((r["round"], _generator_input(r)) for r in rows["generator_inputs"]),
+        candidates=tuple((r["round"], schema.row_to_record("candidates", Candidate, r))
+                         for r in rows["candidates"]),
+        checks={(r["round"], r["candidate_id"]): schema.row_to_check(r)
+                for r in rows["executions"]},
+        scores={(r["round"], r["candidate_id"]): schema.row_to_record("scores", Score, r)
+                for r in rows["scores"]},
+        pairs=tuple((r["round"], schema.row_to_record("pairs", PreferencePair, r))
+                    for r in rows["pairs"]),
+        metrics=tuple(m for m in load_metrics(run_dir / "metrics.jsonl") if m.run_id == run_id))
+
+
+def _one_run_id(db: Path, run_id: str | None) -> str:
+    try:
+        version = query.run_sql(db, "SELECT value FROM meta WHERE key='schema_version'")[0]
+        ids = sorted(r for (r,) in query.run_sql(db, " UNION ".join(
+            f"SELECT run_id FROM {t}" for t in schema.TABLES))[0])
+    except sqlite3.DatabaseError as e:
+        raise ValueError(f"{db} is not a trace store ({e})") from e
+    if version != [(str(schema.SCHEMA_VERSION),)]:
+        raise ValueError(f"{db} has trace schema {version}; this code reads "
+                         f"v{schema.SCHEMA_VERSION}")
+    if not ids:
+        raise ValueError(f"{db} holds no rows: nothing to diagnose")
+    if run_id is None and len(ids) > 1:
+        raise ValueError(f"{db} holds runs {ids}: name one with --run-id")
+    if run_id is not None and run_id not in ids:
+        raise ValueError(f"{db} holds no rows of run {run_id!r}; its runs: {ids}")
+    return run_id or ids[0]
+
+
+def _rows(db: Path, table: str, run_id: str) -> list[dict[str, Any]]:
+    rows, columns = query.run_sql(db, f"SELECT * FROM {table} WHERE run_id=? "
+                                  "ORDER BY round, rowid", (run_id,))
+    return [dict(zip(columns, row)) for row in rows]
+
+
+def _generator_input(row: dict[str, Any]) -> GeneratorInput:
+    return GeneratorInput(row["input_index"], row["prompt"],
+                          schema.row_to_record("generator_inputs", Completion, row),
+                          row["outcome"], row["task_id"], row["family"], bool(row["executed"]),
+                          row["pass_rate"], row["reward"])
