@@ -61,7 +61,8 @@ from spade_ray.training import Trainer
 
 def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, RoundState]:
     """One round, in the order of the algorithm; its metrics and the next round's state."""
-    record = run.recorder.start_round(index, run.served_versions())
+    record = run.recorder.start_round(index, run.served_versions(), run.loop.tasks_per_round
+                                      * run.generation.sampling.n)
     budget = Budget(run.loop.caps)
     known = [*run.seeds, *state.archive]
     started_from = run.trainer.carry(state) if run.trainer is not None else state

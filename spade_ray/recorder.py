@@ -32,7 +32,7 @@ from spade_ray.records import (
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.stages import CapReached, GeneratedChunk, GeneratorRewards, Scored, Solutions
 from spade_ray.tasks.control import task_diversity
-from spade_ray.tracking import MetricsSink, TraceStore, Versions
+from spade_ray.tracking import MetricsSink, Progress, TraceStore, Versions
 
 
 class Recorder:
@@ -59,8 +59,12 @@ class Recorder:
             self.sink.log(metrics)
         return start, self.store.round_state(last)
 
-    def start_round(self, index: int, versions: Versions) -> RoundRecord:
-        return RoundRecord(self, index, versions)
+    def start_round(self, index: int, versions: Versions, outputs: int | None = None
+                    ) -> RoundRecord:
+        """A round's record; `outputs`: the generator outputs it asks for (the progress
+        display's total)."""
+        totals = {} if outputs is None else {"generated": outputs}
+        return RoundRecord(self, index, versions, Progress(index, totals))
 
     def complete(self, metrics: RoundMetrics, state: RoundState) -> None:
         self.store.complete_round(metrics.round, metrics, state)
@@ -78,6 +82,7 @@ class RoundRecord:
     recorder: Recorder
     index: int
     versions: Versions  # the weights that served the round (an update comes after)
+    progress: Progress
     proposed: int = 0
     new_tasks: list[Task] = dataclasses.field(default_factory=list)
     rejections: collections.Counter = dataclasses.field(default_factory=collections.Counter)
@@ -113,6 +118,7 @@ class RoundRecord:
         self.proposed += len(chunk.inputs)
         self.rejections.update(i.outcome for i in chunk.inputs if i.outcome != "admitted")
         self.new_tasks += chunk.valid_tasks
+        self.progress.advance(generated=len(chunk.inputs))
 
     def solved(self, solutions: Solutions, checks: Sequence[CheckResult], scored: Scored,
                generated: bool) -> None:
@@ -143,6 +149,7 @@ class RoundRecord:
         if generated:
             self.new_task_candidates += scored.rated
             self.new_task_passed += scored.passed
+        self.progress.advance(solved=len(solutions.tasks), executed=len(candidates))
 
     def rewarded(self, rewards: GeneratorRewards) -> None:
         """A chunk's generator outputs with their rewards, and the generator's pairs."""
@@ -195,6 +202,7 @@ class RoundRecord:
                 outcome: LearnOutcome | None, meters: dict[str, TokenMeter], wall_s: float,
                 band: tuple[float, float] = (), level: int = 0,
                 tiers: tuple[tuple[str, float], ...] = (), injected: int = 0) -> RoundMetrics:
+        self.progress.close()  # the round's stages are done; its line follows
         rates = list(self.task_pass_rates.values())
         generated = [self.task_pass_rates[t.task_id] for t in self.new_tasks
                      if t.task_id in self.task_pass_rates]
