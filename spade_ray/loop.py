@@ -50,6 +50,7 @@ from spade_ray.tasks.control import (
     alarm,
     collapse_evidence,
     hardest,
+    learnable,
     level_label,
     next_level,
     target_pass_rate,
@@ -205,7 +206,9 @@ def learn_and_validate(run: Run, record: RoundRecord
     published = None
     if run.trainer is not None:
         started = time.monotonic()
-        items = record.groups if run.algorithm is TrainAlgorithm.GRPO else record.pairs
+        items = (record.groups if run.algorithm is TrainAlgorithm.GRPO
+                 else learnable(record.pairs, record.task_pass_rates)
+                 if run.control.dynamic_sampling else record.pairs)
         published = run.trainer.update(items)
         record.timed("learn", time.monotonic() - started)
     started = time.monotonic()

@@ -15,6 +15,9 @@ prompts, the replayed tasks, the trainer's rollback) and records them with their
   skips a topic already over `max_topic_share` fair shares of the admitted tasks until the
   others catch up (forced switching). Exact and near-duplicates are rejected at admission
   (tasks/diversity.py); `task_diversity` is the round's figure.
+- Dynamic sampling (`learnable`, off by default): solver items of tasks the solver always or
+  never solves are kept from the learner (DAPO, Yu et al. 2025), so an update spends itself
+  where the solver can still move.
 - Collapse (`collapse_evidence`, `alarm`): evidence of the failure modes the seed names
   (sections 5.3-5.5): the generator repeats itself (duplicate share), its tasks resemble each
   other (task diversity), the solver passes nearly everything (too easy), the candidates are
@@ -31,7 +34,7 @@ import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 
-from spade_ray.records import Task
+from spade_ray.records import PreferencePair, Role, Task
 from spade_ray.tasks.diversity import similarity
 
 LABELS = ("very hard", "hard", "medium", "easy", "very easy")  # by pass rate, low to high
@@ -49,7 +52,10 @@ class ControlConfig:
     max_topic_share: float = 2.0  # a topic over this many fair shares of the archive is skipped
     collapse_detection: bool = True
     rollback: bool = True  # on an alarm, serve the last good weights again (with a learner)
-    inject_hard: int = 4  # hardest seed tasks replayed (and shown) in the round after an alarm
+    inject_hard: int = 4  # hardest seed tasks replayed in the round after an alarm
+    # DAPO's dynamic sampling: the learner gets no solver items of tasks every candidate
+    # passed or every candidate failed (they are still recorded)
+    dynamic_sampling: bool = False
     # evidence thresholds
     max_duplicate_share: float = 0.5  # generator outputs rejected as (near-)duplicates
     min_task_diversity: float = 0.5  # 1 - mean pairwise similarity of the round's new tasks
@@ -180,3 +186,11 @@ def hardest(tasks: Sequence[Task], pass_rates: Mapping[str, float], count: int) 
     order = sorted(tasks, key=lambda t: pass_rates.get(t.task_id, 1.0))
     return order[:count]
 
+
+def learnable(pairs: Sequence[PreferencePair], pass_rates: Mapping[str, float]
+              ) -> list[PreferencePair]:
+    """`pairs` less the solver's on tasks whose measured pass rate is 0 or 1; the generator's
+    are all kept (their reward is what the pass rate says). GRPO needs no such filter: a group
+    whose rewards are all equal has no advantage to learn from."""
+    return [p for p in pairs if p.role is not Role.SOLVER
+            or 0 < pass_rates.get(p.task_id, 0.5) < 1]

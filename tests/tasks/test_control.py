@@ -16,6 +16,7 @@ from spade_ray.tasks.control import (
     collapse_evidence,
     difficulty_label,
     hardest,
+    learnable,
     next_level,
     target_pass_rate,
     task_diversity,
@@ -147,3 +148,15 @@ def test_validation_tiers_follow_the_canonical_solutions_size():
         syntax_errors=0, generate_s=0.0, check_s=0.0)
     by_tier = dict(humaneval.pass_at_1_by_tier(result, subset))
     assert by_tier["easy"] == 1.0 and all(v == 0.0 for k, v in by_tier.items() if k != "easy")
+
+
+def test_dynamic_sampling_keeps_the_solvers_pairs_of_tasks_it_sometimes_solves():
+    from spade_ray.records import Role
+    from tests.tracking import factories as f
+
+    pairs = [f.pair("always"), f.pair("never"), f.pair("sometimes"),
+             dataclasses.replace(f.pair("always"), role=Role.GENERATOR)]
+    rates = {"always": 1.0, "never": 0.0, "sometimes": 0.25}
+    kept = learnable(pairs, rates)
+    assert [(p.task_id, p.role) for p in kept] == [("sometimes", Role.SOLVER),
+                                                   ("always", Role.GENERATOR)]
