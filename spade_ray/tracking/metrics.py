@@ -1,15 +1,18 @@
 """Per-round metrics: run_dir/metrics.jsonl, W&B (offline by default), PNG plots, summary table.
 
 `MetricsSink.log(m)` appends `to_dict(m)` as one JSON line (fsynced), logs the same numbers to
-W&B with `step=m.round`, and re-renders run_dir/plots/. W&B runs offline unless the caller passes
-wandb_mode="online" (the user's config); offline files land in run_dir/wandb and can be uploaded
-later with `wandb sync run_dir/wandb/offline-run-*`. The W&B run id is derived from the run id,
-so a resumed run continues the same W&B run.
+W&B with `step=m.round` (the report's series: plots.round_charts), and re-renders run_dir/plots/;
+`close` logs the report's sample tasks (report.sample_tasks) as a W&B table. W&B runs offline
+unless the caller passes wandb_mode="online" (the user's config); offline files land in
+run_dir/wandb and can be uploaded later with `wandb sync run_dir/wandb/offline-run-*`. The W&B
+run id is derived from the run id, so a resumed run continues the same W&B run.
 
 Resume: call `log` after `TraceStore.complete_round`, so the file can lag the trace but never lead
 it; on resume, replay `TraceStore.round_metrics()` into `log` - rounds already in the file with
 equal content are skipped, missing ones are appended. A line half-written by a killed process is
 cut off when the sink opens. When two lines carry the same round, the last one wins.
+`load_metric_rows` reads the file as plain JSON rows, for readers that must take any version's
+fields (the run report).
 
 Never fatal: if wandb is missing or fails, or a plot cannot be drawn, the sink warns once and goes
 on with the rest. Non-goals: system metrics, cross-run dashboards, model checkpoints in W&B.
@@ -23,7 +26,7 @@ import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +90,7 @@ class MetricsSink:
 
     def close(self) -> None:
         if self._wandb is not None:
+            self._log_sample_tasks()
             try:
                 self._wandb.finish()
             except Exception as e:
@@ -119,6 +123,23 @@ class MetricsSink:
                             "metrics.jsonl and plots only")
             return None
 
+    def _log_sample_tasks(self) -> None:
+        """The run report's sample tasks (run_dir/trace.sqlite) as a W&B table."""
+        trace = self.run_dir / "trace.sqlite"
+        if not trace.is_file():
+            return
+        try:
+            import wandb
+
+            # report.py imports this module (metrics.jsonl readers), hence the late import
+            from spade_ray.tracking.report import sample_table, sample_tasks
+
+            columns, rows = sample_table(sample_tasks(trace, self.run_id))
+            if rows:
+                self._wandb.log({"samples/tasks": wandb.Table(columns=columns, data=rows)})
+        except Exception as e:  # like every W&B call: a mirror, never worth a crash
+            self._warn_once("wandb-samples", f"could not log sample tasks to W&B: {e!r}")
+
     def _warn_once(self, topic: str, message: str) -> None:
         if topic not in self._warned:
             self._warned.add(topic)
@@ -143,6 +164,7 @@ def wandb_payload(m: RoundMetrics) -> dict[str, float]:
         "tasks/valid_rate": m.valid_task_rate, "tasks/new_task_pass_rate": m.new_task_pass_rate,
         "tasks/new_task_candidates": m.new_task_candidates,
         "tasks/mean_difficulty": m.mean_difficulty, "pairs": m.pairs,
+        "pairs/solver": m.pairs - m.generator_pairs, "pairs/generator": m.generator_pairs,
         "candidates/diversity": m.candidate_diversity, "tokens/generator": m.tokens_generator,
         "tokens/solver": m.tokens_solver, "sandbox/cpu_s": m.sandbox_cpu_s,
         "time/round_s": m.wall_s,
@@ -154,6 +176,8 @@ def wandb_payload(m: RoundMetrics) -> dict[str, float]:
         payload["learner/step"] = m.learner_step
         payload["learner/accepted"] = float(m.update == "accepted")
         payload["learner/rejected"] = float(m.update == "rejected")
+        payload["learner/buffering"] = float(m.update == "buffering")
+        payload.update({f"learner/rejected_by/{signal}": 1.0 for signal in m.rejected_by})
         for key, value in (("learner/loss", m.learner_loss),
                            ("learner/gate_pass_at_1", m.gate_pass_at_1),
                            ("learner/gate_heldout_logp", m.gate_heldout_logp)):
@@ -161,14 +185,58 @@ def wandb_payload(m: RoundMetrics) -> dict[str, float]:
                 payload[key] = value
     payload.update({f"rejections/{reason}": n for reason, n in m.rejection_reasons})
     payload.update({f"time/{stage}_s": s for stage, s in m.stage_s})
+    payload.update({f"tasks/family/{family}": n for family, n in m.family_tasks})
+    payload.update(_control_payload(m))
+    return payload
+
+
+def _control_payload(m: RoundMetrics) -> dict[str, float]:
+    """The co-evolution control's figures (records.py), each only when the round has it."""
+    payload = {f"validation/{tier}/pass_at_1": p for tier, p in m.validation_tiers}
+    payload.update({f"tasks/topic/{topic}": n for topic, n in m.topic_tasks})
+    if len(m.difficulty_band) == 2:
+        payload["tasks/difficulty_band_low"], payload["tasks/difficulty_band_high"] = (
+            m.difficulty_band)
+    for key, value in (("tasks/diversity", m.task_diversity),
+                       ("tasks/generator_difficulty", m.generator_difficulty),
+                       ("collapse/rollback_version", m.generator_rollback)):
+        if value is not None:
+            payload[key] = value
+    payload["collapse/alarm"] = float(bool(m.collapse_alarm))
     return payload
 
 
 def load_metrics(path: str | Path, repair: bool = False) -> list[RoundMetrics]:
     """Read metrics.jsonl (last line per round wins). With `repair`, cut a torn last line."""
-    path = Path(path)
+    by_round: dict[int, RoundMetrics] = {}
+    for number, data in _json_lines(Path(path), repair):
+        try:
+            metrics = from_dict(RoundMetrics, data)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{path}:{number} is not a RoundMetrics line ({e}); fix or move "
+                             "the file") from e
+        by_round[metrics.round] = metrics
+    return [by_round[r] for r in sorted(by_round)]
+
+
+def load_metric_rows(path: str | Path) -> list[dict[str, Any]]:
+    """metrics.jsonl as JSON objects, fields unchecked (last line per round wins), for readers
+    that must cope with files of other versions (the run report). Lines without an integer
+    `round` are skipped; a line that is not JSON is an error."""
+    by_round: dict[int, dict[str, Any]] = {}
+    for number, data in _json_lines(Path(path), repair=False):
+        if isinstance(data, dict) and isinstance(data.get("round"), int):
+            by_round[data["round"]] = data
+        else:
+            log.warning("%s:%d has no integer round; skipped", path, number)
+    return [by_round[r] for r in sorted(by_round)]
+
+
+def _json_lines(path: Path, repair: bool) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) per non-blank line; a torn last line is dropped (and cut from
+    the file with `repair`)."""
     if not path.exists():
-        return []
+        return
     raw = path.read_bytes()
     body, _, tail = raw.rpartition(b"\n")
     if tail:  # no final newline: a write was cut short by a crash
@@ -177,17 +245,14 @@ def load_metrics(path: str | Path, repair: bool = False) -> list[RoundMetrics]:
             with open(path, "r+b") as f:
                 f.truncate(len(raw) - len(tail))
                 os.fsync(f.fileno())
-    by_round: dict[int, RoundMetrics] = {}
     for number, line in enumerate(body.decode("utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            metrics = from_dict(RoundMetrics, json.loads(line))
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"{path}:{number} is not a RoundMetrics line ({e}); fix or move "
-                             "the file") from e
-        by_round[metrics.round] = metrics
-    return [by_round[r] for r in sorted(by_round)]
+            yield number, json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{path}:{number} is not a JSON line ({e}); fix or move the "
+                             "file") from e
 
 
 def summary_table(metrics_list: Sequence[RoundMetrics]) -> str:

@@ -7,9 +7,14 @@ import sys
 import pytest
 
 from spade_ray.records import to_dict
-from spade_ray.tracking import MetricsSink, summary_table
-from spade_ray.tracking.metrics import load_metrics, wandb_payload, wandb_run_id
-from spade_ray.tracking.plots import PLOTS
+from spade_ray.tracking import MetricsSink, TraceStore, Versions, summary_table
+from spade_ray.tracking.metrics import (
+    load_metric_rows,
+    load_metrics,
+    wandb_payload,
+    wandb_run_id,
+)
+from spade_ray.tracking.plots import round_charts
 from tests.tracking import factories as f
 
 
@@ -66,7 +71,7 @@ def test_each_log_renders_every_plot_as_png(tmp_path):
     with _sink(tmp_path) as sink:
         sink.log(f.metrics(0, pass_at_1=None))
         sink.log(f.metrics(1))
-    expected = {f"{stem}.png" for stem, *_ in PLOTS} | {"stage_timings.png"}
+    expected = {f"{chart.stem}.png" for chart in round_charts([])}
     pngs = {p.name: p.read_bytes()[:8] for p in (tmp_path / "plots").iterdir()}
     assert pngs == dict.fromkeys(expected, b"\x89PNG\r\n\x1a\n")
 
@@ -74,6 +79,26 @@ def test_each_log_renders_every_plot_as_png(tmp_path):
 def test_wandb_offline_writes_its_run_under_run_dir(tmp_path):
     with _sink(tmp_path, wandb_mode="offline") as sink:
         sink.log(f.metrics(0))
+    assert list((tmp_path / "wandb").glob("offline-run-*-run/run-run.wandb"))
+
+
+def test_closing_the_sink_logs_the_sample_tasks_as_a_wandb_table(tmp_path):
+    with TraceStore(tmp_path / "trace.sqlite", "run") as store:
+        store.record_task(0, f.task(0), True, "", Versions(1, 1))
+        store.record_candidates(0, [f.candidate("t0", 0)], Versions(1, 1))
+        store.record_scores(0, [f.score("t0/0")], Versions(1, 1))
+    with _sink(tmp_path, wandb_mode="offline") as sink:
+        sink.log(f.metrics(0))
+    (table,) = (tmp_path / "wandb").glob("offline-run-*/files/media/table/samples/tasks_*.json")
+    data = json.loads(table.read_text())
+    assert data["columns"][:2] == ["round", "task_id"] and data["data"][0][:2] == [0, "t0"]
+
+
+def test_an_unreadable_trace_costs_the_table_only(tmp_path, caplog):
+    (tmp_path / "trace.sqlite").write_text("not a database")
+    with caplog.at_level(logging.WARNING), _sink(tmp_path, wandb_mode="offline") as sink:
+        sink.log(f.metrics(0))
+    assert "could not log sample tasks to W&B" in caplog.text
     assert list((tmp_path / "wandb").glob("offline-run-*-run/run-run.wandb"))
 
 
@@ -130,6 +155,77 @@ def test_wandb_payload_carries_the_learner_and_its_gate_only_when_a_learner_ran(
     assert payload["learner/rejected"] == 1.0 and payload["learner/accepted"] == 0.0
     assert payload["learner/gate_pass_at_1"] == 0.1
     assert payload["learner/gate_heldout_logp"] == -1.25
+
+
+def test_wandb_payload_carries_pairs_per_role_families_and_every_gate_decision():
+    buffering = dataclasses.replace(f.metrics(0), update="buffering", generator_pairs=4,
+                                    family_tasks=(("codegen", 2), ("repair", 1)))
+    rejected = dataclasses.replace(f.metrics(1), update="rejected",
+                                   rejected_by=("pass_at_1", "heldout_logp"))
+    payload = wandb_payload(buffering)
+    assert payload["pairs/solver"] == 7 and payload["pairs/generator"] == 4
+    assert payload["tasks/family/codegen"] == 2 and payload["learner/buffering"] == 1.0
+    assert {k for k in wandb_payload(rejected) if k.startswith("learner/rejected_by/")} == {
+        "learner/rejected_by/pass_at_1", "learner/rejected_by/heldout_logp"}
+
+
+def test_wandb_payload_carries_the_control_fields_a_round_has():
+    control = dataclasses.replace(
+        f.metrics(0), validation_tiers=(("easy", 0.5), ("hard", 0.125)),
+        difficulty_band=(0.3, 0.7), task_diversity=0.8, generator_difficulty=0.4,
+        topic_tasks=(("lists", 3),), collapse_alarm=("diversity_low",), generator_rollback=2)
+    payload = wandb_payload(control)
+    assert payload["validation/easy/pass_at_1"] == 0.5
+    assert payload["validation/hard/pass_at_1"] == 0.125
+    assert (payload["tasks/difficulty_band_low"], payload["tasks/difficulty_band_high"]) == (
+        0.3, 0.7)
+    assert payload["tasks/diversity"] == 0.8 and payload["tasks/generator_difficulty"] == 0.4
+    assert payload["tasks/topic/lists"] == 3
+    assert payload["collapse/alarm"] == 1.0 and payload["collapse/rollback_version"] == 2
+    quiet = wandb_payload(f.metrics(0))
+    assert quiet["collapse/alarm"] == 0.0
+    assert not {"tasks/diversity", "tasks/difficulty_band_low", "collapse/rollback_version"} & set(
+        quiet)
+
+
+# Each series of the report's charts (plots.round_charts) and the W&B key that mirrors it.
+_WANDB_KEYS = {
+    ("validation_pass_at_1", "pass@1"): "validation/pass_at_1",
+    ("valid_task_rate", "admitted / proposed"): "tasks/valid_rate",
+    ("new_task_pass_rate", "pass rate"): "tasks/new_task_pass_rate",
+    ("mean_difficulty", "all tasks"): "tasks/mean_difficulty",
+    ("mean_difficulty", "generated tasks"): "tasks/generator_difficulty",
+    ("diversity", "candidates"): "candidates/diversity", ("diversity", "tasks"): "tasks/diversity",
+    ("pairs", "solver"): "pairs/solver", ("pairs", "generator"): "pairs/generator",
+    ("learner_loss", "loss"): "learner/loss", ("stage_timings", "round total"): "time/round_s",
+    ("tokens", "generator"): "tokens/generator", ("tokens", "solver"): "tokens/solver",
+    ("sandbox_cpu_s", "sandbox"): "sandbox/cpu_s",
+}
+_WANDB_LABELLED = {"validation_pass_at_1": "validation/{}/pass_at_1", "stage_timings": "time/{}_s",
+                   "family_tasks": "tasks/family/{}", "topic_tasks": "tasks/topic/{}"}
+
+
+def test_wandb_payload_mirrors_every_series_of_the_report():
+    m = dataclasses.replace(
+        f.metrics(0), update="accepted", learner_loss=0.5, generator_pairs=2,
+        family_tasks=(("codegen", 2),), topic_tasks=(("lists", 2),),
+        validation_tiers=(("easy", 0.5),), task_diversity=0.8, generator_difficulty=0.4)
+    payload = wandb_payload(m)
+    for chart in round_charts([to_dict(m)]):
+        for series in chart.series:
+            if chart.stem == "gate":  # a 0/1 key per decision of a learner that ran
+                if series.label != "none":
+                    assert payload[f"learner/{series.label}"] == float(bool(series.points))
+                continue
+            key = _WANDB_KEYS.get((chart.stem, series.label)) or _WANDB_LABELLED[
+                chart.stem].format(series.label)
+            assert [(0, payload[key])] == list(series.points), (chart.stem, series.label)
+
+
+def test_metric_rows_keep_fields_this_version_does_not_know(tmp_path):
+    line = {**to_dict(f.metrics(0)), "from_the_future": [1]}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(line) + "\n" + '{"round": "x"}\n')
+    assert load_metric_rows(tmp_path / "metrics.jsonl") == [line]
 
 
 def test_summary_table_has_a_row_per_round_and_the_top_rejections():
