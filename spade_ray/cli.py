@@ -4,6 +4,7 @@
     spade-ray eval [--problems N] [--model M]   HumanEval pass@1 through the sandbox
     spade-ray trace RUN_DIR [summary|tasks|candidates TASK_ID|sql QUERY]
     spade-ray diagnose RUN_DIR [--recheck N] [--backend local|docker] [--run-id ID] [--json]
+    spade-ray report RUN_DIR [--out FILE]      the run as one HTML page (RUN_DIR/report.html)
     spade-ray sandbox exec FILE [--stdin FILE] [--timeout S] [--memory-mb N]
                                [--backend local|docker] [--json]
     spade-ray sandbox check TASK.json SOLUTION.py [--backend local|docker] [--json]
@@ -64,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     diagnose.add_argument("--run-id", help="the run to diagnose when the trace holds several")
     diagnose.add_argument("--json", action="store_true", help="print one JSON object")
     diagnose.set_defaults(handler=_diagnose)
+    report = commands.add_parser("report", help="write the run's HTML report "
+                                 "(see tracking/report.py)")
+    report.add_argument("run_dir", type=Path)
+    report.add_argument("--out", type=Path, help="where to write it (RUN_DIR/report.html)")
+    report.set_defaults(handler=_report)
     sandbox = commands.add_parser("sandbox", help="run untrusted code in the sandbox")
     sandbox_commands = sandbox.add_subparsers(required=True, metavar="SUBCOMMAND")
 
@@ -166,6 +172,13 @@ def _diagnose(args: argparse.Namespace) -> int:
         result = diagnose.diagnose(trace, args.recheck)  # a negative count is refused there
     print(diagnose.diagnosis_json(result) if args.json else diagnose.format_diagnosis(result))
     return result.exit_code
+
+
+def _report(args: argparse.Namespace) -> int:
+    from spade_ray.tracking.report import write_report
+
+    print(f"report: {write_report(args.run_dir, args.out)}")
+    return 0
 
 
 def _print_exec(result: ExecResult, as_json: bool) -> None:

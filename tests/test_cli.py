@@ -86,3 +86,19 @@ def test_eval_reports_humaneval_pass_at_1_through_the_sandbox():
 def test_trace_of_a_missing_run_is_a_named_error(tmp_path):
     out = cli("trace", tmp_path / "nope")
     assert out.returncode == 2 and "no trace at" in out.stderr
+
+
+def test_report_writes_the_page_of_a_run(tmp_path):
+    from spade_ray.records import to_dict
+    from tests.tracking import factories as f
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(to_dict(f.metrics(r))) + "\n"
+                                                    for r in range(2)))
+    out = cli("report", tmp_path, "--out", tmp_path / "page.html")
+    assert out.returncode == 0 and "page.html" in out.stdout
+    assert (tmp_path / "page.html").read_text().count("<img") >= 5
+
+
+def test_report_of_a_missing_run_is_a_named_error(tmp_path):
+    out = cli("report", tmp_path / "nope")
+    assert out.returncode == 2 and "nope" in out.stderr
