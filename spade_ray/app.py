@@ -16,6 +16,7 @@ import datasets
 import hydra
 import ray
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from spade_ray import loop, stages
@@ -49,10 +50,14 @@ CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> None:
-    run(cfg, Path(HydraConfig.get().runtime.output_dir))
+    hydra_cfg = HydraConfig.get()
+    sweep_point = hydra_cfg.job.num if hydra_cfg.mode is RunMode.MULTIRUN else None
+    run(cfg, Path(hydra_cfg.runtime.output_dir), sweep_point)
 
 
-def run(cfg: DictConfig, run_dir: Path) -> None:
+def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
+    """`sweep_point`: the job number within a Hydra multirun (each point is a run of its own,
+    `<run_name>-<n>`, its W&B run grouped under the run name)."""
     # Every group is validated before anything is placed: a bad value fails in seconds.
     model = validate_model(cfg.model)
     loop_cfg = validate_loop(cfg.loop)
@@ -64,7 +69,7 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                          "model.roles.generator and model.roles.solver the same model (a learner "
                          "per role is not built yet)")
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_id = str(cfg.run_name)
+    run_id = str(cfg.run_name) if sweep_point is None else f"{cfg.run_name}-{sweep_point}"
     datasets.disable_progress_bars()  # one line per round on the console, no bars in between
     if not ray.is_initialized():  # RAY_ADDRESS (ray job submit) joins a cluster
         ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
@@ -73,7 +78,10 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
                        keep_text_rounds=cfg.trace.keep_text_rounds,
                        max_bytes=cfg.trace.max_mb * 2**20)
     sink = MetricsSink(run_dir, run_id, OmegaConf.to_container(cfg, resolve=True),
-                       wandb_mode=cfg.wandb.mode, wandb_project=cfg.wandb.project)
+                       wandb_mode=cfg.wandb.mode, wandb_project=cfg.wandb.project,
+                       wandb_group=str(cfg.wandb.group or cfg.run_name),
+                       wandb_tags=(str(cfg.experiment_name), f"seed={loop_cfg.seed}",
+                                   *map(str, cfg.wandb.tags)))
     print(f"run {run_id}: {run_dir} ({loop_cfg.rounds} rounds, model {model.roles['solver'].model}"
           f" on {model.roles['solver'].backend}, sandbox {sandbox_cfg.backend} on the "
           f"{sandbox_cfg.placement})", flush=True)

@@ -43,7 +43,8 @@ class MetricsSink:
     """Where round metrics go: a JSON-lines file, W&B and plots (see the module docstring)."""
 
     def __init__(self, run_dir: str | Path, run_id: str, config: dict[str, Any],
-                 wandb_mode: str = "offline", wandb_project: str = "spade-ray") -> None:
+                 wandb_mode: str = "offline", wandb_project: str = "spade-ray",
+                 wandb_group: str | None = None, wandb_tags: tuple[str, ...] = ()) -> None:
         if wandb_mode not in WANDB_MODES:
             raise ValueError(f"wandb_mode={wandb_mode!r}; choose one of {WANDB_MODES}")
         self.run_dir = Path(run_dir)
@@ -55,7 +56,8 @@ class MetricsSink:
         self._history = {m.round: m for m in load_metrics(self.path, repair=True)}
         self._wandb = None
         if wandb_mode != "disabled":
-            self._wandb = self._start_wandb(config, wandb_mode, wandb_project)
+            self._wandb = self._start_wandb(config, wandb_mode, wandb_project, wandb_group,
+                                            wandb_tags)
         # The id W&B actually gave the run (None without W&B); equal across resumes.
         self.wandb_id: str | None = getattr(self._wandb, "id", None)
 
@@ -103,7 +105,8 @@ class MetricsSink:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _start_wandb(self, config: dict[str, Any], mode: str, project: str) -> Any:
+    def _start_wandb(self, config: dict[str, Any], mode: str, project: str,
+                     group: str | None, tags: tuple[str, ...]) -> Any:
         try:
             import wandb
         except ImportError:
@@ -114,6 +117,7 @@ class MetricsSink:
             return wandb.init(
                 project=project, id=wandb_run_id(self.run_id), name=self.run_id,
                 resume="allow", dir=str(self.run_dir), mode=mode, config=config,
+                group=group, tags=list(tags) or None,
                 # create_new: never hand back (or finish) another sink's run in this process.
                 reinit="create_new",
                 # console="off": W&B must not wrap the driver's stdout/stderr.

@@ -3,6 +3,7 @@ import json
 import logging
 import re
 import sys
+import time
 
 import pytest
 
@@ -234,3 +235,47 @@ def test_summary_table_has_a_row_per_round_and_the_top_rejections():
     assert lines[0].split()[:4] == ["round", "gen_v", "sol_v", "val_pass@1"]
     assert [line.split()[0] for line in lines[2:4]] == ["0", "1"]
     assert lines[-1] == "rejections (all rounds): reference fails its tests x4, no tests x2"
+
+
+def wandb_records(path):
+    """The protobuf records of an offline W&B run file: ':W&B' + magic + version, then a
+    LevelDB-style log (32 KiB blocks; each chunk: crc32c, length, type FULL/FIRST/MIDDLE/LAST)
+    of wandb_internal_pb2.Record. wandb 0.31 reads it in Go only, so the test reads it here
+    the way `wandb sync` will."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data, pos, block, records, pending = path.read_bytes(), 7, 32768, [], b""
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):  # FULL, LAST
+            records.append(Record.FromString(pending + chunk))
+            pending = b""
+        elif kind in (2, 3):  # FIRST, MIDDLE
+            pending += chunk
+    return records
+
+
+def test_the_offline_wandb_run_parses_and_carries_group_tags_and_the_whole_config(tmp_path):
+    config = {"loop": {"seed": 3, "candidates": 4}, "learner": {"name": "dpo"}}
+    with MetricsSink(tmp_path, "run", config, wandb_mode="offline", wandb_group="sweep-a",
+                     wandb_tags=("cpu_tiny", "seed=3")) as sink:
+        sink.log(f.metrics(0))
+    (path,) = (tmp_path / "wandb").glob("offline-run-*-run/run-run.wandb")
+    deadline = time.monotonic() + 60  # wandb-core, a separate process, may still be writing
+    while not any(r.WhichOneof("record_type") == "exit" for r in wandb_records(path)):
+        assert time.monotonic() < deadline, f"{path} has no exit record after 60 s"
+        time.sleep(0.2)
+    records = wandb_records(path)
+    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (run.run_id, run.display_name, run.run_group, list(run.tags)) == (
+        wandb_run_id("run"), "run", "sweep-a", ["cpu_tiny", "seed=3"])
+    logged = {item.key: json.loads(item.value_json) for item in run.config.update}
+    assert {k: v for k, v in logged.items() if k in config} == config
+    history = [r.history for r in records if r.WhichOneof("record_type") == "history"]
+    keys = {i.key or "/".join(i.nested_key) for i in history[0].item}
+    assert {"validation/pass_at_1", "tasks/valid", "pairs/generator"} <= keys
