@@ -267,7 +267,9 @@ def placement_bundles() -> list[dict[str, float]]:
     if params is not None:
         bundles += [{"CPU": learner.cpus, **({"GPU": learner.gpus} if learner.gpus else {})}
                     ] * learner.ranks
-    return bundles
+    # model.node_resources, where the config has it: custom resources every bundle asks for
+    extra = dict(composed().model.get("node_resources") or {})
+    return [{**b, **extra} for b in bundles]
 
 
 def fits(bundle: dict[str, float], free: dict[str, float]) -> bool:
@@ -303,12 +305,10 @@ def test_every_cpu_ray_is_told_of_is_a_core_kubernetes_reserves(name):
 
 
 def sandbox_actor_demand() -> dict[str, float]:
-    """What one SandboxPool actor asks Ray for: CPUs (sandbox.cpus_per_worker); or, once
-    SandboxConfig has a `resource` field and the entrypoint sets it, that custom resource."""
+    """What one SandboxPool actor asks Ray for: sandbox.cpus_per_worker CPUs, plus the custom
+    resources of sandbox.resources where the config has that field and the entrypoint sets it."""
     sandbox = composed().sandbox
-    if sandbox.get("resource"):
-        return {sandbox.resource: sandbox.cpus_per_worker}
-    return {"CPU": sandbox.cpus_per_worker}
+    return {"CPU": sandbox.cpus_per_worker, **(sandbox.get("resources") or {})}
 
 
 def test_sandbox_actors_can_land_on_the_sandbox_pods_only():
@@ -340,16 +340,15 @@ def test_no_model_or_learner_bundle_fits_a_sandbox_or_head_pod():
 def sandbox_workers_per_pod() -> float:
     """How many sandbox actors one sandbox pod takes (sandbox.workers=null: as many as fit)."""
     group = groups(the_one("RayJob")["spec"]["rayClusterSpec"])[SANDBOX_GROUP]
-    ((key, each),) = sandbox_actor_demand().items()
-    return ray_resources(group).get(key, 0.0) // each
+    have = ray_resources(group)
+    return min(have.get(k, 0.0) // v for k, v in sandbox_actor_demand().items())
 
 
 def test_the_sandbox_group_advertises_its_custom_resource_for_each_worker():
-    """`spade_sandbox`, one unit per worker the pod holds, for SandboxPool to ask for (it asks
-    for CPUs today: then the two counts must agree)."""
+    """`spade_sandbox`, one unit per worker the pod holds, for SandboxPool to ask for (e.g.
+    sandbox.resources={spade_sandbox: 1}); it asks for CPUs only today."""
     group = groups(the_one("RayJob")["spec"]["rayClusterSpec"])[SANDBOX_GROUP]
-    each = composed().sandbox.cpus_per_worker
-    assert ray_resources(group).get("spade_sandbox", 0.0) // each == sandbox_workers_per_pod() > 0
+    assert ray_resources(group).get("spade_sandbox", 0.0) == sandbox_workers_per_pod() > 0
 
 
 def test_untrusted_code_runs_only_in_kata_sandbox_pods():
