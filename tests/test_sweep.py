@@ -77,10 +77,8 @@ def test_each_point_writes_its_run_directory_with_its_own_overrides(sweeps):
         assert (run_dir / "trace.sqlite").is_file()
         cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
         assert cfg.loop.candidates == candidates
-        # a run id per point; the sweep's W&B group where the config has the key
-        assert cfg.run_name == f"cpu_tiny-{num}"
-        if "group" in cfg.wandb:
-            assert cfg.wandb.group == "cpu_tiny"
+        # a run id per point, its W&B run in the sweep's group
+        assert (cfg.run_name, cfg.wandb.group) == (f"cpu_tiny-{num}", "cpu_tiny")
 
 
 def test_a_failed_point_fails_the_sweep_with_its_job_logs(sweeps):
