@@ -80,7 +80,7 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
         record.rewarded(stages.reward_generator(
             chunk, record.task_pass_rates, run.loop.generator_reward, record.index,
             record.generator_outputs, record.versions.solver,
-            with_groups=run.algorithm is TrainAlgorithm.GRPO))
+            with_groups=run.on_groups))
     _attempt(record, "export", record.export_pairs)
     outcome, pass_at_1_served, tiers = learn_and_validate(run, record)
     control = run.control
@@ -191,7 +191,7 @@ def solve_execute_score(run: Run, record: RoundRecord, budget: Budget, tasks: Se
         started = time.monotonic()
         checks = stages.execute(run.executor, solutions, run.limits)
         scored = stages.score(solutions, checks, run.loop.pair_margin,
-                              with_groups=run.algorithm is TrainAlgorithm.GRPO)
+                              with_groups=run.on_groups)
         record.timed("execute", time.monotonic() - started)
         record.solved(solutions, checks, scored, generated)
 
@@ -206,7 +206,7 @@ def learn_and_validate(run: Run, record: RoundRecord
     published = None
     if run.trainer is not None:
         started = time.monotonic()
-        items = (record.groups if run.algorithm is TrainAlgorithm.GRPO
+        items = (record.groups if run.on_groups
                  else learnable(record.pairs, record.task_pass_rates)
                  if run.control.dynamic_sampling else record.pairs)
         published = run.trainer.update(items)
@@ -256,6 +256,11 @@ class Run:
     @property
     def algorithm(self) -> TrainAlgorithm | None:
         return None if self.trainer is None else self.trainer.algorithm
+
+    @property
+    def on_groups(self) -> bool:
+        """The learner trains on rewarded groups (GRPO, PPO), not on pairs."""
+        return self.algorithm is not None and self.algorithm.on_groups
 
     def served_versions(self) -> Versions:
         return Versions(generator=self.generation.engines.weights_version,

@@ -23,6 +23,11 @@ class TrainAlgorithm(enum.StrEnum):
     DPO = "dpo"
     GRPO = "grpo"
 
+    @property
+    def on_groups(self) -> bool:
+        """Trains on CompletionGroups (rewarded samples), not on preference pairs."""
+        return self is not TrainAlgorithm.DPO
+
 
 class UpdateStatus(enum.StrEnum):
     """What the learn stage did in a round."""
