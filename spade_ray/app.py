@@ -89,7 +89,8 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
         with Cluster(role_specs(model), model.colocate, model.placement_strategy,
                      learner_cpus=learner.cpus if params else 0.0,
                      learner_gpus=learner.gpus if params else 0,
-                     learner_ranks=learner.ranks) as cluster, \
+                     learner_ranks=learner.ranks,
+                     node_resources=model.node_resources) as cluster, \
                 open_executor(sandbox_cfg, limits) as executor:
             admission = admission_config(loop_cfg)
             seeds = tuple(load_seed_tasks(executor, limits, admission))
@@ -134,7 +135,7 @@ def open_executor(sandbox: SandboxConfig, limits: Limits) -> Executor:
     from spade_ray.execution.pool import SandboxPool
 
     return SandboxPool(sandbox.backend, limits, num_actors=sandbox.workers,
-                       cpus_per_actor=sandbox.cpus_per_worker)
+                       cpus_per_actor=sandbox.cpus_per_worker, resources=sandbox.resources)
 
 
 def start_trainer(cluster: Cluster, model: ModelConfig, learner: LearnerConfig,

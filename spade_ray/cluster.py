@@ -10,6 +10,21 @@ gets the last bundles of the same group to itself (`learner_cpus` / `learner_gpu
 its `learner_ranks` data-parallel ranks), so its DeepSpeed engine never competes with an engine
 for a device, and PACK keeps it near the engines its weights go to.
 
+Several nodes: `node_resources` (config: model.node_resources) is added to every engine and
+learner bundle, so that Ray places them only on nodes that carry those custom resources, e.g.
+{"spade_model": 0.001} with the model nodes started as `ray start --resources='{"spade_model":
+1}'` (a tiny amount only selects the node: the bundle's CPUs and GPUs size it). The sandbox pool
+does the same with its own resource (execution/pool.py), so sandbox actors stay off model nodes.
+Custom resources rather than Ray node labels (`bundle_label_selector`): both placed correctly
+in Ray 2.60 (tried: PACK, SPREAD, STRICT_PACK), but labels are a beta feature whose bundle
+selectors were ignored in earlier releases (ray#55590; STRICT_PACK until ray#60170) and need
+autoscaler v2 to scale a group up, while custom resources work with any Ray, KubeRay and
+autoscaler version, and also count (a node's `spade_sandbox` caps the actors it takes).
+A node that dies takes its bundles with it: Ray reschedules them on nodes that have room (the
+group is RESCHEDULING meanwhile) and restarts their engines there (measured, tests/
+test_multinode.py: the bundle moved 11-14 s after its node's SIGKILL, the engine up 6-7 s
+later); until then the engine's calls fail (its prompts come back `lost`, rollout/actor.py).
+
 Not handled here yet: vLLM tensor parallelism across Ray workers inside one bundle of several
 GPUs needs vLLM's own Ray executor started inside the bundle (distributed_executor_backend="ray");
 the bundle shape is already right for it.
@@ -18,7 +33,7 @@ the bundle shape is already right for it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
@@ -50,19 +65,23 @@ class RoleSpec:
             raise ValueError(f"{self.role}: gpus_per_engine must be >= 0 and cpus_per_engine > 0")
 
 
-def bundles_for(specs: Sequence[RoleSpec], colocate: bool) -> tuple[list[dict], list[list[int]]]:
+def bundles_for(specs: Sequence[RoleSpec], colocate: bool,
+                node_resources: Mapping[str, float] | None = None
+                ) -> tuple[list[dict], list[list[int]]]:
     """The bundles, and for each role the bundle index of each of its engines."""
+    extra = dict(node_resources or {})
     if not colocate:
         bundles, where = [], []
         for spec in specs:
             where.append(list(range(len(bundles), len(bundles) + spec.engines)))
-            bundles += [_bundle(spec.cpus_per_engine, spec.gpus_per_engine)] * spec.engines
+            bundles += [_bundle(spec.cpus_per_engine, spec.gpus_per_engine, extra)
+                        for _ in range(spec.engines)]
         return bundles, where
     count = max(s.engines for s in specs)
     # Colocated engines share a bundle: CPUs add up; GPUs are shared, so the bundle needs as
     # many as the largest engine and each engine asks for its share (see engine_resources).
     bundles = [_bundle(sum(s.cpus_per_engine for s in specs if i < s.engines),
-                       max(s.gpus_per_engine for s in specs)) for i in range(count)]
+                       max(s.gpus_per_engine for s in specs), extra) for i in range(count)]
     return bundles, [list(range(s.engines)) for s in specs]
 
 
@@ -78,8 +97,9 @@ def _engine_key(spec: RoleSpec) -> tuple:
     return dataclasses.astuple(dataclasses.replace(spec, role=""))
 
 
-def _bundle(cpus: float, gpus: int) -> dict[str, float]:
-    return {"CPU": cpus, **({"GPU": float(gpus)} if gpus else {})}
+def _bundle(cpus: float, gpus: int, extra: Mapping[str, float] | None = None
+            ) -> dict[str, float]:
+    return {"CPU": cpus, **({"GPU": float(gpus)} if gpus else {}), **(extra or {})}
 
 
 class Cluster:
@@ -87,9 +107,10 @@ class Cluster:
 
     def __init__(self, specs: Sequence[RoleSpec], colocate: bool = False,
                  strategy: str = "PACK", address: str | None = None,
-                 learner_cpus: float = 0.0, learner_gpus: int = 0, learner_ranks: int = 1
-                 ) -> None:
-        """`learner_cpus` > 0 reserves the learner's bundles, one per rank (`start_learner`)."""
+                 learner_cpus: float = 0.0, learner_gpus: int = 0, learner_ranks: int = 1,
+                 node_resources: Mapping[str, float] | None = None) -> None:
+        """`learner_cpus` > 0 reserves the learner's bundles, one per rank (`start_learner`);
+        `node_resources`: custom Ray resources every bundle asks for (the nodes it may use)."""
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown placement strategy {strategy!r}: use one of "
                              f"{', '.join(STRATEGIES)}")
@@ -108,14 +129,15 @@ class Cluster:
             else:
                 groups.append([spec])
         engine_specs = [g[0] for g in groups]
-        bundles, where = bundles_for(engine_specs, colocate)
+        bundles, where = bundles_for(engine_specs, colocate, node_resources)
         self._learner_bundles = None
         if learner_cpus > 0:
             if learner_ranks < 1:
                 raise ValueError(f"learner_ranks must be >= 1, got {learner_ranks}")
             self._learner_bundles = (list(range(len(bundles), len(bundles) + learner_ranks)),
                                      learner_cpus, learner_gpus)
-            bundles += [_bundle(learner_cpus, learner_gpus)] * learner_ranks
+            bundles += [_bundle(learner_cpus, learner_gpus, node_resources)
+                        for _ in range(learner_ranks)]
         elif learner_gpus:
             raise ValueError("learner_gpus needs learner_cpus > 0 (the learner's own bundle)")
         self.placement_group: PlacementGroup = placement_group(bundles, strategy=strategy)
@@ -123,9 +145,11 @@ class Cluster:
             ray.get(self.placement_group.ready(), timeout=PLACEMENT_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             remove_placement_group(self.placement_group)
+            hint = (f"; every bundle asks for {dict(node_resources)}: are nodes with those "
+                    "resources up (ray start --resources)?" if node_resources else "")
             raise RuntimeError(f"placement group {bundles} ({strategy}) could not be placed in "
                                f"{PLACEMENT_TIMEOUT_S:.0f} s: the cluster has "
-                               f"{ray.cluster_resources()}") from None
+                               f"{ray.cluster_resources()}{hint}") from None
         self.roles: dict[str, RoleEngines] = {}
         self.learner: LearnerGroup | None = None
         for group, indices in zip(groups, where):

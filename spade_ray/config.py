@@ -9,6 +9,8 @@ neither Ray nor torch.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -53,6 +55,10 @@ class ModelConfig:
     placement_strategy: str = "PACK"
     prompts: str = "fewshot"
     roles: dict[str, RoleConfig] = dataclasses.field(default_factory=dict)
+    # Ray custom resources added to every engine and learner bundle, so that they are placed only
+    # on the nodes that have them, e.g. {spade_model: 0.001} with model nodes started with
+    # `--resources='{"spade_model": 1}'`. Empty: any node with the CPUs and GPUs.
+    node_resources: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -104,6 +110,10 @@ class SandboxConfig:
     placement: str = Placement.POOL  # execution.Placement (OmegaConf matches enums by name)
     workers: int | None = None  # driver: worker processes; pool: actors (None: one per CPU)
     cpus_per_worker: float = 1.0  # pool: each actor's CPUs (a fraction shares a core)
+    # pool: Ray custom resources each actor requests, so that it runs only on the nodes that have
+    # them, e.g. {spade_sandbox: 1} with sandbox nodes started with
+    # `--resources='{"spade_sandbox": 100}'`. Empty: any node with a free CPU.
+    resources: dict[str, float] = dataclasses.field(default_factory=dict)
     limits: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
@@ -204,6 +214,11 @@ def sandbox_limits(cfg: DictConfig | dict) -> tuple[SandboxConfig, Limits]:
     sandbox.placement = Placement(sandbox.placement)
     if sandbox.cpus_per_worker <= 0:
         raise ValueError(f"sandbox.cpus_per_worker must be > 0, got {sandbox.cpus_per_worker}")
+    check_resources("sandbox.resources", sandbox.resources, "sandbox.cpus_per_worker")
+    if sandbox.resources and sandbox.placement is Placement.DRIVER:
+        raise ValueError(f"sandbox.resources={sandbox.resources} places pool actors, but "
+                         "sandbox.placement=driver runs the sandbox in the driver's own "
+                         "processes: set sandbox.placement=pool or drop sandbox.resources")
     defaults = Limits()
     unknown = set(sandbox.limits) - {f.name for f in dataclasses.fields(Limits)}
     if unknown:
@@ -227,7 +242,32 @@ def validate_model(cfg: DictConfig | dict) -> ModelConfig:
             raise ValueError(f"model.roles.{name}.backend={role.backend!r}: use one of "
                              f"{BACKENDS}")
         role_sampling(role)  # SamplingParams checks the values
+    check_resources("model.node_resources", model.node_resources,
+                    "model.roles.<role>.cpus_per_engine / gpus_per_engine")
     return model
+
+
+# Ray's own resources, set by their own keys, never by name (ray/_common/ray_option_utils.py
+# refuses CPU and GPU in `resources`; memory and object_store_memory are node capacities).
+_RAY_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+_RESOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
+_RESOURCE_UNIT = 1e-4  # Ray's finest resource quantity (RESOURCE_UNIT_SCALING = 10000)
+
+
+def check_resources(key: str, resources: dict[str, float], instead: str) -> None:
+    """Custom Ray resources: names a `ray start --resources` JSON can carry, positive amounts
+    Ray can represent. `instead`: the keys that set CPUs and GPUs."""
+    for name, amount in resources.items():
+        if name in _RAY_RESOURCES:
+            raise ValueError(f"{key}.{name}: {name} is Ray's own resource, set by {instead}; "
+                             "name a custom resource here (e.g. spade_model, spade_sandbox)")
+        if not _RESOURCE_NAME.fullmatch(name):
+            raise ValueError(f"{key}: resource name {name!r} must start with a letter or _ and "
+                             "hold only letters, digits and _ . : / -")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) \
+                or not math.isfinite(amount) or amount < _RESOURCE_UNIT:
+            raise ValueError(f"{key}.{name}={amount!r}: use a number >= {_RESOURCE_UNIT} (Ray's "
+                             "finest amount); a tiny amount such as 0.001 only selects the nodes")
 
 
 def role_sampling(role: RoleConfig) -> SamplingParams:
