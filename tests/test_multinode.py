@@ -183,11 +183,6 @@ def test_sandbox_node_lost_mid_batch_costs_no_candidate_and_actors_come_back(nod
 
 
 @slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "RoleEngines.generate shards a re-issue over every engine, and Ray fails a call to a "
-    "restarting actor at once, so the lost prompts are lost again while the engine restarts "
-    "(measured: 16 + 8 + 4 requests lost, 4 of 32 prompts left with none); the fix "
-    "leaves a failed engine out until a probe answers (rollout/actor.py, not in this change)"))
 def test_engine_node_lost_mid_generate_its_prompts_are_reissued(nodes, tiny_model):
     """Two solver engines, one per model node (SPREAD); the node of one is killed while both
     generate: sample_distinct re-issues the lost prompts and every prompt gets its n."""

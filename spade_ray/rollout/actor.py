@@ -4,7 +4,12 @@ Requests to a role are split over its engines (data-parallel generation). An eng
 restarted by Ray (max_restarts=-1); the call that was running on it is not retried (generation is
 not idempotent once tokens are counted): `RoleEngines.generate` returns the indices of the
 prompts that were lost so the loop can re-issue them; a restarted engine loads the role's
-latest weights before its next request. A backend whose engine died inside a live actor (vLLM's
+latest weights before its next request. An engine whose call failed is left out of requests
+until a probe answers: Ray fails a call to a restarting actor at once (Ray 2.60, measured in
+tests/test_multinode.py), so a re-issue sharded over it would lose those prompts again for as
+long as its restart takes (its bundle moved to another node, the model loaded). With every
+engine down, a request waits up to ENGINE_WAIT_S for one to come back.
+A backend whose engine died inside a live actor (vLLM's
 engine-core process) would fail or hang every request from then on, so the actor exits, for Ray
 to restart it, when a call raises EngineDead or when the backend's `alive()` (polled by a
 watchdog thread, for backends that have one) turns False.
@@ -49,6 +54,8 @@ def make_backend(backend: str, model: str, **kwargs: Any) -> ModelBackend:
 
 
 WATCH_INTERVAL_S = 1.0  # how often the watchdog asks a backend whether its engine is alive
+PROBE_INTERVAL_S = 0.5  # how often a request with every engine down asks whether one is back
+ENGINE_WAIT_S = 600.0  # then it is sent to all anyway, and its prompts come back `lost`
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
@@ -119,6 +126,7 @@ class RoleEngines:
         self.role = role
         self.actors = list(actors)
         self._weights: tuple[ray.ObjectRef, int] | None = None  # latest (state dict, version)
+        self._probes: dict[int, ray.ObjectRef] = {}  # engine whose call failed -> its probe
 
     @property
     def weights_version(self) -> int:
@@ -127,18 +135,36 @@ class RoleEngines:
     def generate(self, prompts: Sequence[str], sampling: SamplingParams) -> GenerationResult:
         """Shard prompts over the engines; a shard whose engine died comes back in `lost`."""
         latest = ([self._weights[0]], self._weights[1]) if self._weights else None
-        shards = [s for s in _shards(len(prompts), len(self.actors)) if s]
+        up = self._up()
+        shards = [(i, s) for i, s in zip(up, _shards(len(prompts), len(up))) if s]
         refs = [self.actors[i].generate.remote([prompts[j] for j in shard], sampling, latest)
-                for i, shard in enumerate(shards)]
+                for i, shard in shards]
         completions: list[list[Completion] | None] = [None] * len(prompts)
         lost: list[int] = []
-        for shard, result in zip(shards, _gather(refs)):
+        for (i, shard), result in zip(shards, _gather(refs)):
             if isinstance(result, Exception):
                 lost += shard
+                self._probes[i] = self.actors[i].weights_version.remote()
             else:
                 for j, group in zip(shard, result):
                     completions[j] = group
         return GenerationResult(completions, tuple(lost))
+
+    def _up(self) -> list[int]:
+        """The engines a request goes to: all but those whose probe has not answered (a failed
+        probe is sent again). None up: wait for one, up to ENGINE_WAIT_S, then all of them."""
+        deadline = time.monotonic() + ENGINE_WAIT_S
+        while True:
+            answered = dict(zip(self._probes, _gather(list(self._probes.values()), timeout=0)))
+            for i, reply in answered.items():
+                if isinstance(reply, Exception):  # still restarting: ask again
+                    self._probes[i] = self.actors[i].weights_version.remote()
+                elif reply is not _PENDING:
+                    del self._probes[i]
+            up = [i for i in range(len(self.actors)) if i not in self._probes]
+            if up or time.monotonic() > deadline:
+                return up or list(range(len(self.actors)))
+            time.sleep(PROBE_INTERVAL_S)
 
     def update_weights(self, state_dict: Mapping[str, Any] | ray.ObjectRef, version: int) -> None:
         """Send new weights to every engine (one object-store copy, read by all). An engine that
@@ -152,14 +178,18 @@ class RoleEngines:
         self._weights = (ref, version)
 
 
-def _gather(refs: list[ray.ObjectRef]) -> list[Any]:
-    """Every result, or the actor error in its place (an engine died or is restarting)."""
-    if refs:
-        ray.wait(refs, num_returns=len(refs), fetch_local=False)
+_PENDING = object()  # _gather's answer for a ref not done within its timeout
+
+
+def _gather(refs: list[ray.ObjectRef], timeout: float | None = None) -> list[Any]:
+    """Every result, or the actor error in its place (an engine died or is restarting); with a
+    timeout, _PENDING for those not done by then."""
+    done = set(ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)[0]
+               if refs else ())
     out: list[Any] = []
-    for ref in refs:  # all are done: these gets do not block one after another
+    for ref in refs:  # those done: these gets do not block one after another
         try:
-            out.append(ray.get(ref))
+            out.append(ray.get(ref) if ref in done else _PENDING)
         except (RayActorError, ActorUnavailableError) as e:
             out.append(e)
     return out
