@@ -49,6 +49,7 @@ from spade_ray.tasks.control import (
     RoundSignals,
     alarm,
     collapse_evidence,
+    family_weights,
     hardest,
     learnable,
     level_label,
@@ -162,8 +163,12 @@ def generated_chunks(run: Run, record: RoundRecord, budget: Budget, known: list[
     topics = topic_schedule(list(run.loop.topics), run.loop.tasks_per_round, record.index,
                             collections.Counter(t.topic for t in state.archive),
                             control.max_topic_share)
-    work = list(zip(topics, family_schedule(list(run.loop.families), run.loop.tasks_per_round,
-                                            record.index)))
+    families = list(run.loop.families)
+    weights = (family_weights(families, known, guidance.pass_rates,
+                              target_pass_rate(level, control))
+               if control.families_by_difficulty else None)
+    work = list(zip(topics, family_schedule(families, run.loop.tasks_per_round, record.index,
+                                            weights)))
     ahead = Ahead(generate, [work[i:i + run.loop.chunk_size]
                              for i in range(0, len(work), run.loop.chunk_size)],
                   keep_going=lambda: keep_going() and budget.wall_left(),

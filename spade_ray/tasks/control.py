@@ -6,11 +6,12 @@ prompts, the replayed tasks, the trainer's rollback) and records them with their
 
 - Difficulty (`next_level`): a level in -max..+max moves one step per round towards the band
   (default 30-70% pass rate, the seed's figure): above the band it rises (harder), below it
-  falls. Two levers act on it, both in the generator prompt: the few-shot programs are the
-  known tasks whose measured pass rate is closest to the level's target (`target_pass_rate`),
-  and every program, theirs and the one asked for, carries a difficulty label
-  (`difficulty_label`); a base model continues a labelled document, so the label is the
-  instruction it can follow.
+  falls. Three levers act on it: the few-shot programs are the known tasks whose measured
+  pass rate is closest to the level's target (`target_pass_rate`); every program in the
+  generator prompt, theirs and the one asked for, carries a difficulty label
+  (`difficulty_label`: a base model continues a labelled document, so the label is the
+  instruction it can follow); and the families whose tasks the solver passes at about the
+  target rate get more of the round's prompts (`family_weights`).
 - Diversity: prompting.topic_schedule gives each topic an even quota per round, rotated, and
   skips a topic already over `max_topic_share` fair shares of the admitted tasks until the
   others catch up (forced switching). Exact and near-duplicates are rejected at admission
@@ -48,6 +49,7 @@ class ControlConfig:
     band_high: float = 0.7
     max_level: int = 2
     exemplars_by_difficulty: bool = True  # few-shot programs chosen by measured pass rate
+    families_by_difficulty: bool = True  # more prompts for the families nearest the target
     difficulty_labels: bool = True  # label the programs in the generator prompt
     max_topic_share: float = 2.0  # a topic over this many fair shares of the archive is skipped
     collapse_detection: bool = True
@@ -117,6 +119,19 @@ def target_pass_rate(level: int, config: ControlConfig) -> float:
     middle = (config.band_low + config.band_high) / 2
     half = (config.band_high - config.band_low) / 2
     return min(1.0, max(0.0, middle - level * half))
+
+
+def family_weights(families: Sequence[str], tasks: Sequence[Task],
+                   pass_rates: Mapping[str, float], target: float) -> list[float]:
+    """A weight per family: 1 / (0.1 + |its tasks' mean measured pass rate - target|), so the
+    families the solver passes at about the target rate get more of the round's prompts (an
+    unmeasured family counts as 0.5); the 0.1 keeps every family in the schedule."""
+    rates: dict[str, list[float]] = {}
+    for task in tasks:
+        if task.task_id in pass_rates:
+            rates.setdefault(str(task.family), []).append(pass_rates[task.task_id])
+    means = {f: sum(r) / len(r) for f, r in rates.items()}
+    return [1 / (0.1 + abs(means.get(str(f), 0.5) - target)) for f in families]
 
 
 def difficulty_label(pass_rate: float | None) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from spade_ray.execution import canonical
 from spade_ray.records import Task, TaskFamily
@@ -36,13 +36,25 @@ def topic_schedule(topics: list[str], count: int, round_index: int,
     return [t for t in rotated for _ in range(quota)][:count]
 
 
-def family_schedule(families: list[TaskFamily], count: int, round_index: int
-                    ) -> list[TaskFamily]:
+def family_schedule(families: list[TaskFamily], count: int, round_index: int,
+                    weights: Sequence[float] | None = None) -> list[TaskFamily]:
     """The family of each of the round's `count` generator prompts: round-robin, starting one
-    further each round."""
+    further each round; with `weights` (one per family), each family's share of the prompts
+    follows its weight (largest remainder), in the same rotating order."""
     if not families:
         raise ValueError("the experiment lists no task families")
-    return [families[(round_index + i) % len(families)] for i in range(count)]
+    order = [families[(round_index + i) % len(families)] for i in range(len(families))]
+    if weights is None:
+        return [order[i % len(order)] for i in range(count)]
+    weight = dict(zip(families, weights))
+    quotas = {f: count * weight[f] / sum(weights) for f in order}
+    slots = {f: int(q) for f, q in quotas.items()}
+    for f in sorted(order, key=lambda f: slots[f] - quotas[f])[:count - sum(slots.values())]:
+        slots[f] += 1  # the largest remainders
+    out: list[TaskFamily] = []
+    while len(out) < count:  # interleaved: a chunk of prompts mixes the families
+        out += [f for f in order if sum(g is f for g in out) < slots[f]][:count - len(out)]
+    return out
 
 
 def generator_prompt(template: PromptTemplate, topic: str, pool: list[Task], shots: int,

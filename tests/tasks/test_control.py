@@ -15,13 +15,14 @@ from spade_ray.tasks.control import (
     alarm,
     collapse_evidence,
     difficulty_label,
+    family_weights,
     hardest,
     learnable,
     next_level,
     target_pass_rate,
     task_diversity,
 )
-from spade_ray.tasks.prompting import generator_prompt, topic_schedule
+from spade_ray.tasks.prompting import family_schedule, generator_prompt, topic_schedule
 from spade_ray.tasks.templates import load_prompts
 
 CONFIG = ControlConfig()
@@ -160,3 +161,15 @@ def test_dynamic_sampling_keeps_the_solvers_pairs_of_tasks_it_sometimes_solves()
     kept = learnable(pairs, rates)
     assert [(p.task_id, p.role) for p in kept] == [("sometimes", Role.SOLVER),
                                                    ("always", Role.GENERATOR)]
+
+
+def test_families_nearest_the_target_get_more_prompts(seeds):
+    families = list(TaskFamily)
+    of = {f: [t for t in seeds if t.family is f][:3] for f in families}
+    rates = {t.task_id: {"codegen": 0.0, "repair": 0.6, "predict": 0.1}[str(t.family)]
+             for ts in of.values() for t in ts}
+    weights = family_weights(families, [t for ts in of.values() for t in ts], rates, 0.7)
+    schedule = family_schedule(families, 4, 0, weights)
+    assert schedule.count(TaskFamily.REPAIR) == 2 and len(set(schedule)) == 3
+    assert family_schedule(families, 6, 1, [1.0, 1.0, 1.0]) == family_schedule(families, 6, 1)
+    assert family_schedule(families, 5, 0, [1.0, 0.0, 0.0]) == [TaskFamily.CODEGEN] * 5
