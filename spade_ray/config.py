@@ -182,19 +182,20 @@ def validate_loop(cfg: DictConfig | dict) -> LoopConfig:
 
 
 def admission_config(loop: LoopConfig) -> AdmissionConfig:
-    known = {f.name for f in dataclasses.fields(AdmissionConfig)}
-    unknown = set(loop.admission) - known
-    if unknown:
-        raise ValueError(f"loop.admission: unknown keys {sorted(unknown)}; known: {sorted(known)}")
-    return AdmissionConfig(**loop.admission)
+    return _typed(AdmissionConfig, loop.admission, "loop.admission")
 
 
 def control_config(loop: LoopConfig) -> ControlConfig:
-    known = {f.name for f in dataclasses.fields(ControlConfig)}
-    unknown = set(loop.control) - known
+    return _typed(ControlConfig, loop.control, "loop.control")
+
+
+def _typed(cls: type, values: dict[str, Any], where: str) -> Any:
+    """`cls(**values)` (which checks the values), a misspelt key named first."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - known
     if unknown:
-        raise ValueError(f"loop.control: unknown keys {sorted(unknown)}; known: {sorted(known)}")
-    return ControlConfig(**loop.control)
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    return cls(**values)
 
 
 def validate_validation(cfg: DictConfig | dict) -> ValidationConfig:
