@@ -73,15 +73,7 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
     datasets.disable_progress_bars()  # one line per round on the console, no bars in between
     if not ray.is_initialized():  # RAY_ADDRESS (ray job submit) joins a cluster
         ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
-    store = TraceStore(run_dir / "trace.sqlite", run_id,
-                       max_text_chars=cfg.trace.max_text_chars,
-                       keep_text_rounds=cfg.trace.keep_text_rounds,
-                       max_bytes=cfg.trace.max_mb * 2**20)
-    sink = MetricsSink(run_dir, run_id, OmegaConf.to_container(cfg, resolve=True),
-                       wandb_mode=cfg.wandb.mode, wandb_project=cfg.wandb.project,
-                       wandb_group=str(cfg.wandb.group or cfg.run_name),
-                       wandb_tags=(str(cfg.experiment_name), f"seed={loop_cfg.seed}",
-                                   *map(str, cfg.wandb.tags)))
+    store, sink = open_records(cfg, run_dir, run_id, loop_cfg.seed)
     print(f"run {run_id}: {run_dir} ({loop_cfg.rounds} rounds, model {model.roles['solver'].model}"
           f" on {model.roles['solver'].backend}, sandbox {sandbox_cfg.backend} on the "
           f"{sandbox_cfg.placement})", flush=True)
@@ -119,6 +111,21 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
         store.close()
     print(summary_table(metrics), flush=True)
     print(f"run directory: {run_dir} (trace.sqlite, pairs/, metrics.jsonl, plots/, wandb/)")
+
+
+def open_records(cfg: DictConfig, run_dir: Path, run_id: str, seed: int
+                 ) -> tuple[TraceStore, MetricsSink]:
+    """The run's trace store and metrics sink (its W&B run grouped and tagged for a sweep)."""
+    store = TraceStore(run_dir / "trace.sqlite", run_id,
+                       max_text_chars=cfg.trace.max_text_chars,
+                       keep_text_rounds=cfg.trace.keep_text_rounds,
+                       max_bytes=cfg.trace.max_mb * 2**20)
+    sink = MetricsSink(run_dir, run_id, OmegaConf.to_container(cfg, resolve=True),
+                       wandb_mode=cfg.wandb.mode, wandb_project=cfg.wandb.project,
+                       wandb_group=str(cfg.wandb.group or cfg.run_name),
+                       wandb_tags=(str(cfg.experiment_name), f"seed={seed}",
+                                   *map(str, cfg.wandb.tags)))
+    return store, sink
 
 
 def role_specs(model: ModelConfig) -> list[RoleSpec]:
