@@ -71,8 +71,9 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     injected = [t for t in run.seeds if t.task_id in state.inject]  # after a collapse alarm
     replay, cursor = stages.replay_tasks(run.seeds, state.archive, state.replay_cursor,
                                          run.loop.replay_tasks_per_round)
-    solve_execute_score(run, record, budget, [*injected, *(t for t in replay if t not in
-                                                           injected)], generated=False)
+    solve_execute_score(run, record, budget, [*injected, *(t for t in replay
+                                                           if t.task_id not in state.inject)],
+                        generated=False)
     solving = True  # until a cap is reached; a chunk already generated is still recorded
     for chunk in generated_chunks(run, record, budget, known, state,
                                   keep_going=lambda: solving):
@@ -152,10 +153,10 @@ def generated_chunks(run: Run, record: RoundRecord, budget: Budget, known: list[
     wall cap is reached); each chunk recorded as it arrives. The controller's state picks
     the exemplars and the difficulty asked for, the archive's topics the schedule."""
     control = run.control
-    level = state.control_level
+    level, target = state.control_level, target_pass_rate(state.control_level, run.control)
     guidance = Guidance(
         pass_rates=dict(state.task_pass_rates),
-        target=target_pass_rate(level, control) if control.exemplars_by_difficulty else None,
+        target=target if control.exemplars_by_difficulty else None,
         difficulty=level_label(level, control) if control.difficulty_labels else None)
     generate = functools.partial(
         run.generation.generate, known=known, meter=budget.generator, executor=run.executor,
@@ -164,8 +165,7 @@ def generated_chunks(run: Run, record: RoundRecord, budget: Budget, known: list[
                             collections.Counter(t.topic for t in state.archive),
                             control.max_topic_share)
     families = list(run.loop.families)
-    weights = (family_weights(families, known, guidance.pass_rates,
-                              target_pass_rate(level, control))
+    weights = (family_weights(families, known, guidance.pass_rates, target)
                if control.families_by_difficulty else None)
     work = list(zip(topics, family_schedule(families, run.loop.tasks_per_round, record.index,
                                             weights)))

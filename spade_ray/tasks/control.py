@@ -97,10 +97,6 @@ class RoundSignals:
     validation_pass_at_1: float | None
 
 
-def in_band(pass_rate: float, rated: int, config: ControlConfig) -> bool:
-    return rated > 0 and config.band_low <= pass_rate <= config.band_high
-
-
 def next_level(level: int, signals: RoundSignals, config: ControlConfig) -> int:
     """One step towards the band: harder above it, easier below it, unchanged inside it or
     when nothing was rated."""
