@@ -177,7 +177,7 @@ def answer(namespace, seq, name, args, kwargs):
     except BaseException as e:  # noqa: BLE001 - the grader decides what it means
         if isinstance(e, MemoryError):
             _flag_memory_error()
-        return canonical.encode((seq, "raise", type(e).__name__, grader.describe(e)[:300]))
+        return canonical.encode((seq, "raise", type(e).__name__, grader.message_of(e)[:300]))
     try:
         return canonical.encode((seq, "ok", value))
     except canonical.NotPlainData as e:

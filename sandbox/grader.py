@@ -224,11 +224,16 @@ def _one(name, preamble_error, body):
 
 
 def describe(exc):
-    try:
-        text = str(exc)
-    except BaseException:  # noqa: BLE001
-        text = ""
+    text = message_of(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def message_of(exc):
+    """str(exc), or "" where even that fails (a candidate's exception may break __str__)."""
+    try:
+        return str(exc)
+    except BaseException:  # noqa: BLE001
+        return ""
 
 
 def main(secret):

@@ -48,6 +48,13 @@ def test_missing_entry_point_is_an_error_outcome(sandbox):
     assert "square" in result.outcomes[0].message
 
 
+def test_an_exception_in_a_call_is_named_once(sandbox):
+    result = sandbox.check("def square(x):\n    raise ValueError('no squares today')\n",
+                           HUMANEVAL_CHECK)
+    assert result.outcomes[0].outcome == "error"
+    assert result.outcomes[0].message == "ValueError: no squares today"
+
+
 def test_crashing_candidate_fails_its_check(sandbox):
     result = sandbox.check("raise SystemExit(3)", ADD_TESTS)
     assert result.execution.status is ExecStatus.ERROR
