@@ -6,15 +6,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import spade_ray.learner.ppo as ppo
-from spade_ray.learner import CompletionGroup, Learner, LearnerParams, losses
-from tests.learner.conftest import FAST
+from spade_ray.learner import Learner, LearnerParams, losses
+from tests.learner.conftest import FAST, TOY_PROMPT
+from tests.learner.conftest import TOY_GROUPS as GROUPS
 
 PPO = {**FAST, "algorithm": "ppo"}
-# A toy reward: 1 for the completion with the target token Q, 0 for the others.
-PROMPT = "Pick a letter: "
-GROUPS = [CompletionGroup(PROMPT, ("aQb", "acb", "adb"), (1.0, 0.0, 0.0), f"t{i}")
-          for i in range(4)]
-TARGET = [(PROMPT + "a", "Q")]  # log p(Q | prompt, a)
+TARGET = [(TOY_PROMPT + "a", "Q")]  # log p(Q | prompt, a): the rewarded completion's token
 
 
 def ppo_run(tiny_model, updates, **overrides):
