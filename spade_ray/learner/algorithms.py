@@ -74,23 +74,22 @@ class Algorithm(Protocol):
 def micro_batches(encoded: Sequence[EncodedItem], size: int, pad_token_id: int
                   ) -> list[MicroBatch]:
     """Items sorted by length and cut into micro-batches of `size` items (whole item rows stay
-    together: DPO's chosen+rejected, GRPO's K). The step's loss is a mean over equal-sized
-    micro-batches, so the order changes only padding, not the gradient."""
+    together: DPO's chosen+rejected, a group's K). The step's loss is a mean over micro-batches
+    of equally many items, so the order changes only padding, not the gradient, unless groups
+    differ in K (the pair builder drops candidates that need a re-run; generator and solver
+    groups differ): then each micro-batch's rows share its weight."""
     if len(encoded) % size:
         raise ValueError(f"{len(encoded)} items do not split into micro-batches of {size}")
-    widths = sorted({len(item.rows) for item in encoded})
-    if len(widths) > 1:
-        raise ValueError(f"items of one step must have the same number of rows (GRPO: the same "
-                         f"K per group), got {widths}")
     order = sorted(range(len(encoded)), key=lambda i: encoded[i].longest)
     batches = []
     for start in range(0, len(order), size):
         chunk = [encoded[i] for i in order[start:start + size]]
         # Row layout: the items' first rows, then their second rows, ...: for DPO all chosen,
-        # then all rejected; for GRPO item-major would do as well, this keeps one rule.
-        width = len(chunk[0].rows)
-        rows = [item.rows[k] for k in range(width) for item in chunk]
-        values = [item.values[k] for k in range(width) for item in chunk]
+        # then all rejected; GRPO's and PPO's rows are independent, so any layout would do.
+        width = max(len(item.rows) for item in chunk)
+        rows = [item.rows[k] for k in range(width) for item in chunk if k < len(item.rows)]
+        values = [item.values[k] for k in range(width) for item in chunk
+                  if k < len(item.rows)]
         batches.append(MicroBatch(collate(rows, pad_token_id),
                                   torch.tensor(values, dtype=torch.float32), len(chunk)))
     return batches

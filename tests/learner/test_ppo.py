@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import spade_ray.learner.ppo as ppo
-from spade_ray.learner import Learner, LearnerParams, losses
+from spade_ray.learner import CompletionGroup, Learner, LearnerParams, losses
 from tests.learner.conftest import FAST, TOY_PROMPT
 from tests.learner.conftest import TOY_GROUPS as GROUPS
 
@@ -117,3 +117,11 @@ def test_a_ppo_learner_refuses_preference_pairs(tiny_model, pairs):
     learner = Learner(tiny_model, LearnerParams(**PPO))
     with pytest.raises(TypeError, match="ppo_update takes CompletionGroup items"):
         learner.update(pairs)
+
+
+def test_groups_of_different_sizes_train_together(tiny_model):
+    # the pair builder drops candidates that need a re-run: K varies within a batch
+    pair = CompletionGroup(TOY_PROMPT, ("aQb", "acb"), (1.0, 0.0), "k2")
+    learner = Learner(tiny_model, LearnerParams(**PPO))
+    stats = learner.ppo_update([pair, *GROUPS[:3]])
+    assert (stats["steps"], stats["items"]) == (2, 4)
