@@ -120,7 +120,8 @@ def test_a_ppo_learner_refuses_preference_pairs(tiny_model, pairs):
 
 
 def test_groups_of_different_sizes_train_together(tiny_model):
-    # the pair builder drops candidates that need a re-run: K varies within a batch
+    # K varies within a batch: generator groups (outputs per prompt) and solver groups
+    # (candidates per task) differ, and the pair builder drops candidates needing a re-run
     pair = CompletionGroup(TOY_PROMPT, ("aQb", "acb"), (1.0, 0.0), "k2")
     learner = Learner(tiny_model, LearnerParams(**PPO))
     stats = learner.ppo_update([pair, *GROUPS[:3]])
