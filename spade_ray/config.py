@@ -119,7 +119,7 @@ class SandboxConfig:
 
 @dataclasses.dataclass
 class LearnerConfig:
-    name: str = NO_LEARNER  # none | dpo | grpo
+    name: str = NO_LEARNER  # none | dpo | grpo | ppo
     cpus: float = 1.0  # per rank
     gpus: int = 0  # per rank
     ranks: int = 1  # data-parallel DeepSpeed ranks, one actor and bundle each

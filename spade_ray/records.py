@@ -18,15 +18,32 @@ R = TypeVar("R")
 
 
 class TrainAlgorithm(enum.StrEnum):
-    """What the learner optimises: preference pairs (DPO) or groups of rewarded samples (GRPO)."""
+    """What the learner optimises: preference pairs (DPO) or rewarded samples (GRPO, critic-free;
+    PPO, with a learned critic)."""
 
     DPO = "dpo"
     GRPO = "grpo"
+    PPO = "ppo"
 
     @property
     def on_groups(self) -> bool:
         """Trains on CompletionGroups (rewarded samples), not on preference pairs."""
         return self is not TrainAlgorithm.DPO
+
+
+class Critic(enum.StrEnum):
+    """PPO's value model (learner/critic.py): its own LoRA adapter on the policy's base, or a
+    value head on the policy's trunk."""
+
+    LORA = "lora"
+    HEAD = "head"
+
+
+class KLMode(enum.StrEnum):
+    """Where PPO puts the KL to the reference: a per-token reward penalty, or a loss term."""
+
+    REWARD = "reward"
+    LOSS = "loss"
 
 
 class UpdateStatus(enum.StrEnum):
@@ -421,8 +438,9 @@ class LearnerParams:
     """How the learner trains (conf/learner/*.yaml `params`): checked when the config is read,
     before any actor is placed. `lora_rank` 0 = full fine-tuning; `bf16` None = where the
     hardware supports it; `deepspeed_config` None = the plain torch engine (a relative path is
-    resolved against the repository wherever the actor runs); GRPO counts
-    `min_pairs_per_update` and `micro_batch_size` in groups."""
+    resolved against the repository wherever the actor runs); GRPO and PPO count
+    `min_pairs_per_update` and `micro_batch_size` in groups. `clip_eps` and `kl_coef` are GRPO's
+    and PPO's; `critic` ... `gae_lambda` are PPO's alone (learner/ppo.py)."""
 
     algorithm: TrainAlgorithm = TrainAlgorithm.DPO
     lora_rank: int = 16
@@ -445,9 +463,22 @@ class LearnerParams:
     max_length: int = 1024
     activation_checkpointing: bool = False
     seed: int = 0
+    critic: Critic = Critic.LORA
+    kl_mode: KLMode = KLMode.REWARD
+    ppo_epochs: int = 2
+    value_clip: float = 0.2
+    vf_coef: float = 0.1
+    gamma: float = 1.0
+    gae_lambda: float = 0.95
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "algorithm", TrainAlgorithm(self.algorithm))
+        for name, kind in (("critic", Critic), ("kl_mode", KLMode)):
+            value = getattr(self, name)
+            if value not in tuple(kind):
+                raise ValueError(f"learner {name}={value!r}: use one of "
+                                 f"{[str(k) for k in kind]}")
+            object.__setattr__(self, name, kind(value))
         if self.lr <= 0:
             raise ValueError(f"learner lr must be > 0, got {self.lr}")
         for name in ("min_pairs_per_update", "micro_batch_size", "grad_accum"):
@@ -457,6 +488,28 @@ class LearnerParams:
         if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
             raise ValueError(f"learner lora_rank must be an integer >= 0 (0: full fine-tuning), "
                              f"got {self.lora_rank!r}")
+        if self.algorithm is TrainAlgorithm.PPO:
+            self._check_ppo()
+
+    def _check_ppo(self) -> None:
+        if not isinstance(self.ppo_epochs, int) or self.ppo_epochs < 1:
+            raise ValueError(f"learner ppo_epochs must be an integer >= 1, got "
+                             f"{self.ppo_epochs!r}")
+        for name in ("clip_eps", "value_clip", "vf_coef"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"learner {name} must be > 0, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"learner {name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.kl_coef < 0:
+            raise ValueError(f"learner kl_coef must be >= 0, got {self.kl_coef}")
+        if self.critic is Critic.LORA and self.lora_rank == 0:
+            raise ValueError("learner critic='lora' is an adapter on the LoRA policy's base; "
+                             "with lora_rank=0 (full fine-tuning) use critic='head'")
+        if self.critic is Critic.LORA and self.activation_checkpointing:
+            raise ValueError("learner critic='lora' with activation_checkpointing: backward "
+                             "would recompute the critic's layers under the policy's adapter; "
+                             "turn one of them off (critic='head' works with it)")
 
 
 @dataclasses.dataclass(frozen=True)

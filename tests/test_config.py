@@ -72,11 +72,11 @@ def test_every_experiment_composes_and_validates(experiment):
 
 
 @pytest.mark.parametrize("field, value", [("min_pairs_per_update", 0), ("gate_tolerance", -0.1),
-                                          ("gate_logp_tolerance", -0.01), ("name", "ppo"),
+                                          ("gate_logp_tolerance", -0.01), ("name", "rloo"),
                                           ("ranks", 0), ("ranks", 2)])
 def test_a_bad_learner_setting_is_named(field, value):
     # ranks=2 without deepspeed_config: the plain torch engine trains one rank
-    with pytest.raises(ValueError, match=field if field != "name" else "learner='ppo'"):
+    with pytest.raises(ValueError, match=field if field != "name" else "learner='rloo'"):
         validate_learner({"name": "dpo", field: value})
 
 
@@ -88,6 +88,28 @@ def test_a_misspelt_learner_parameter_is_refused_before_anything_starts():
 def test_a_bad_learner_parameter_value_is_named():
     with pytest.raises(ValueError, match="lr must be > 0"):
         validate_learner({"name": "dpo", "params": {"lr": 0.0}})
+
+
+@pytest.mark.parametrize("path", sorted((CONF / "learner").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_learner_configs_validate(path):
+    learner, params = validate_learner(OmegaConf.load(path))
+    assert (params is None) == (learner.name == "none")
+    if params is not None:
+        assert str(params.algorithm) == path.stem
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"critic": "lroa"}, r"critic='lroa': use one of \['lora', 'head'\]"),
+    ({"kl_mode": "penalty"}, r"kl_mode='penalty': use one of \['reward', 'loss'\]"),
+    ({"ppo_epochs": 0}, "ppo_epochs must be an integer >= 1"),
+    ({"gae_lambda": 1.5}, r"gae_lambda must lie in \[0, 1\]"),
+    ({"value_clip": 0.0}, "value_clip must be > 0"),
+    ({"critic": "lora", "lora_rank": 0}, "with lora_rank=0 .* use critic='head'"),
+    ({"critic": "lora", "activation_checkpointing": True}, "activation_checkpointing"),
+])
+def test_a_bad_ppo_parameter_is_named(params, message):
+    with pytest.raises(ValueError, match=message):
+        validate_learner({"name": "ppo", "params": params})
 
 
 def test_an_unknown_sandbox_placement_is_named():

@@ -1,17 +1,17 @@
 """Learner algorithms behind one seam: items -> token rows -> frozen reference terms -> loss.
 
 `Algorithm` is the seam (DESIGN.md, style 5): the learner encodes each item (a PreferencePair
-for DPO, a CompletionGroup for GRPO) into token rows, sorts a step's items by length and cuts
-them into micro-batches (less padding), computes each micro-batch's reference terms once with
-the frozen reference, then the loss with the policy. PPO with a critic would fit the same seam:
-`reference` would also return the critic's values and GAE advantages, `loss` add a value loss
-(its head's parameters trained alongside the policy's).
+for DPO, a CompletionGroup for GRPO and PPO) into token rows, sorts a batch's items by length and
+cuts them into micro-batches (less padding), computes each micro-batch's reference terms once
+with the frozen reference, then `prepare`s the terms the policy itself must give before it moves
+(PPO's old log-probs, values and advantages, ppo.py; DPO and GRPO have none), then takes
+`epochs` optimizer steps on the batch, each the loss of every micro-batch against those terms.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -55,32 +55,41 @@ class MicroBatch:
 
 
 class Algorithm(Protocol):
+    epochs: int  # optimizer steps on each batch
+
     def encode(self, item: Any) -> EncodedItem: ...
     def reference(self, model: Model, batch: MicroBatch) -> Tensor: ...
-    def loss(self, model: Model, batch: MicroBatch, reference: Tensor
+
+    def prepare(self, policy: CausalLM, batches: Sequence[MicroBatch],
+                references: Sequence[Tensor],
+                mean_over_ranks: Callable[[list[float]], list[float]]) -> Sequence[Any]:
+        """Each micro-batch's frozen terms for `loss` (no grad, before the batch's first
+        step); `mean_over_ranks` averages floats over the data-parallel ranks."""
+        ...
+
+    def loss(self, model: Model, batch: MicroBatch, frozen: Any
              ) -> tuple[Tensor, dict[str, float]]: ...
 
 
 def micro_batches(encoded: Sequence[EncodedItem], size: int, pad_token_id: int
                   ) -> list[MicroBatch]:
     """Items sorted by length and cut into micro-batches of `size` items (whole item rows stay
-    together: DPO's chosen+rejected, GRPO's K). The step's loss is a mean over equal-sized
-    micro-batches, so the order changes only padding, not the gradient."""
+    together: DPO's chosen+rejected, a group's K). The step's loss is a mean over micro-batches
+    of equally many items, so the order changes only padding, not the gradient, unless groups
+    differ in K (the pair builder drops candidates that need a re-run; generator and solver
+    groups differ): then each micro-batch's rows share its weight."""
     if len(encoded) % size:
         raise ValueError(f"{len(encoded)} items do not split into micro-batches of {size}")
-    widths = sorted({len(item.rows) for item in encoded})
-    if len(widths) > 1:
-        raise ValueError(f"items of one step must have the same number of rows (GRPO: the same "
-                         f"K per group), got {widths}")
     order = sorted(range(len(encoded)), key=lambda i: encoded[i].longest)
     batches = []
     for start in range(0, len(order), size):
         chunk = [encoded[i] for i in order[start:start + size]]
         # Row layout: the items' first rows, then their second rows, ...: for DPO all chosen,
-        # then all rejected; for GRPO item-major would do as well, this keeps one rule.
-        width = len(chunk[0].rows)
-        rows = [item.rows[k] for k in range(width) for item in chunk]
-        values = [item.values[k] for k in range(width) for item in chunk]
+        # then all rejected; GRPO's and PPO's rows are independent, so any layout would do.
+        width = max(len(item.rows) for item in chunk)
+        rows = [item.rows[k] for k in range(width) for item in chunk if k < len(item.rows)]
+        values = [item.values[k] for k in range(width) for item in chunk
+                  if k < len(item.rows)]
         batches.append(MicroBatch(collate(rows, pad_token_id),
                                   torch.tensor(values, dtype=torch.float32), len(chunk)))
     return batches
@@ -96,6 +105,8 @@ class DPO:
     label_smoothing: float = 0.0
     loss_type: str = "sigmoid"
     rpo_alpha: float = 0.0  # weight of the chosen completions' NLL per token (RPO); 0 = DPO
+
+    epochs = 1
 
     def __post_init__(self) -> None:
         if self.rpo_alpha < 0:
@@ -119,6 +130,11 @@ class DPO:
 
     def reference(self, model: Model, batch: MicroBatch) -> Tensor:
         return self._logps(model, batch)[0].detach()
+
+    def prepare(self, policy: CausalLM, batches: Sequence[MicroBatch],
+                references: Sequence[Tensor],
+                mean_over_ranks: Callable[[list[float]], list[float]]) -> Sequence[Tensor]:
+        return references  # DPO's only frozen terms are the reference's
 
     def loss(self, model: Model, batch: MicroBatch, reference: Tensor
              ) -> tuple[Tensor, dict[str, float]]:
@@ -144,6 +160,7 @@ class GRPO:
     max_length: int
     clip_eps: float = 0.2
     kl_coef: float = 0.04
+    epochs = 1
 
     def encode(self, item: CompletionGroup) -> EncodedItem:
         rows = tuple(encode(self.tokenizer, item.prompt, c, self.max_length)
@@ -154,6 +171,11 @@ class GRPO:
     def reference(self, model: Model, batch: MicroBatch) -> Tensor:
         logps, _ = token_logps(model, batch.tokens)
         return logps.detach()
+
+    def prepare(self, policy: CausalLM, batches: Sequence[MicroBatch],
+                references: Sequence[Tensor],
+                mean_over_ranks: Callable[[list[float]], list[float]]) -> Sequence[Tensor]:
+        return references  # one step per batch: the old log-probs are the policy's own
 
     def loss(self, model: Model, batch: MicroBatch, reference: Tensor
              ) -> tuple[Tensor, dict[str, float]]:

@@ -1,14 +1,16 @@
 """Checkpoint files: an atomic directory, RNG states, the learner's own small state.
 
 Layout of a learner checkpoint (written by Learner.save_checkpoint):
-  learner.json        format version, step, algorithm, how the policy is built, the buffered
-                      items not yet trained on (a resumed run trains on them as the killed one
-                      would have)
+  learner.json        format version, step, algorithm, how the policy is built (PPO: which
+                      critic), the buffered items not yet trained on (a resumed run trains on
+                      them as the killed one would have)
   rng.pt              python, numpy and torch RNG states (rank 0; rank r > 0: rng.rank<r>.pt)
-  policy/             LoRA adapters (peft's adapter_model.safetensors + adapter_config.json) or
-                      the full weights (model.safetensors)
+  policy/             LoRA adapters (peft's adapter_model.safetensors + adapter_config.json;
+                      PPO's critic adapter in policy/critic/) or the full weights
+                      (model.safetensors); for reading, not for resuming: the engine's state
+                      below holds every trained weight, PPO's value head and critic included
   merged/             optional: an HF model directory of the merged weights + tokenizer
-  optimizer.pt        torch engine: optimizer and scheduler state
+  optimizer.pt        torch engine: trainable weights (float32), optimizer and scheduler state
   deepspeed/engine/   DeepSpeed engine: its own checkpoint (trainable weights, ZeRO optimizer
                       partitions with fp32 master weights, one per rank, scheduler)
 The directory appears whole or not at all: it is written into a sibling temp directory and

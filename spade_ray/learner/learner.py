@@ -1,12 +1,15 @@
-"""The learner: a policy (LoRA by default), its frozen reference, an engine, a buffer of items.
+"""The learner: a policy (LoRA by default), its frozen reference, an engine, a buffer of items;
+for PPO also a critic (critic.py).
 
-An update call adds items (PreferencePairs for DPO, CompletionGroups for GRPO) to the buffer.
-Once the buffer holds at least max(min_pairs_per_update, micro_batch_size * grad_accum) items,
-it runs as many whole optimizer steps as the buffer allows, each on micro_batch_size * grad_accum
-items (the oldest first), and keeps the remainder for the next call; otherwise it returns None.
-Each optimizer step computes the reference terms of all its micro-batches first (no grad), then
-one forward + backward per micro-batch. The reported loss of a step is the mean of its micro-
-batch losses before the step's update.
+An update call adds items (PreferencePairs for DPO, CompletionGroups for GRPO and PPO) to the
+buffer. Once the buffer holds at least max(min_pairs_per_update, micro_batch_size * grad_accum)
+items, it trains on as many whole batches as the buffer allows, each of micro_batch_size *
+grad_accum items (the oldest first), and keeps the remainder for the next call; otherwise it
+returns None. Each batch's reference terms, then the terms the algorithm freezes before the
+policy moves (PPO's old log-probs, values, advantages), are computed first (no grad); then the
+algorithm's `epochs` optimizer steps (1 for DPO and GRPO), each one forward + backward per
+micro-batch. The reported loss of a step is the mean of its micro-batch losses before the step's
+update; the update's figures are the means over its steps.
 
 Weights leave through `policy_state_dict()` (merged, plain HF names: what the rollout engines
 load); `save_checkpoint` / `load_checkpoint` hold everything a killed run needs to continue as
@@ -30,7 +33,7 @@ from typing import Any
 
 import torch
 
-from spade_ray.learner.algorithms import DPO, GRPO, Algorithm, micro_batches
+from spade_ray.learner.algorithms import DPO, GRPO, Algorithm, MicroBatch, micro_batches
 from spade_ray.learner.checkpoint import (
     atomic_directory,
     read_meta,
@@ -39,6 +42,7 @@ from spade_ray.learner.checkpoint import (
     set_rng_state,
     write_meta,
 )
+from spade_ray.learner.critic import add_critic
 from spade_ray.learner.engines import (
     DeepSpeedEngine,
     TorchEngine,
@@ -47,6 +51,7 @@ from spade_ray.learner.engines import (
 )
 from spade_ray.learner.engines import deepspeed_config as ds_config
 from spade_ray.learner.logprobs import CausalLM, pad_id, text_logps
+from spade_ray.learner.ppo import PPO
 from spade_ray.learner.weights import (
     is_lora,
     load_policy,
@@ -77,20 +82,20 @@ class Learner:
 
         self.algorithm_name = p.algorithm
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.algorithm: Algorithm = (
-            DPO(self.tokenizer, p.max_length, p.beta, p.label_smoothing, p.dpo_loss_type,
-                p.rpo_alpha)
-            if p.algorithm is TrainAlgorithm.DPO
-            else GRPO(self.tokenizer, p.max_length, p.clip_eps, p.kl_coef))
+        self.algorithm = build_algorithm(p, self.tokenizer)
         self.micro_batch_size = p.micro_batch_size
         self.max_length = p.max_length
         self.identity = {"algorithm": str(p.algorithm), "lora_rank": p.lora_rank,
                          "lora_alpha": p.lora_alpha, "engine": "deepspeed" if p.deepspeed_config
                          else "torch"}
+        if p.algorithm is TrainAlgorithm.PPO:
+            self.identity["critic"] = str(p.critic)
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.bf16 = bf16_supported(device.type) if p.bf16 is None else p.bf16
         policy, self.reference = load_policy(model_path, p.lora_rank, p.lora_alpha, p.seed,
                                               self.bf16, p.activation_checkpointing)
+        if p.algorithm is TrainAlgorithm.PPO:
+            add_critic(policy, p.critic)
         params = trainable_parameters(policy)
         self.engine: TrainEngine
         if p.deepspeed_config:
@@ -119,10 +124,9 @@ class Learner:
         return len(self._buffer)
 
     def update(self, items: Sequence[Any]) -> dict[str, float] | None:
-        """`dpo_update` or `grpo_update`, whichever algorithm this learner was built for."""
-        if self.algorithm_name is TrainAlgorithm.DPO:
-            return self.dpo_update(items)
-        return self.grpo_update(items)
+        """`dpo_update`, `grpo_update` or `ppo_update`: whichever this learner was built for."""
+        kind = CompletionGroup if self.algorithm_name.on_groups else PreferencePair
+        return self._update(items, str(self.algorithm_name), kind)
 
     def dpo_update(self, pairs: Sequence[PreferencePair]) -> dict[str, float] | None:
         """Buffer `pairs`; train when enough are buffered (module docstring). Stats or None."""
@@ -130,6 +134,9 @@ class Learner:
 
     def grpo_update(self, groups: Sequence[CompletionGroup]) -> dict[str, float] | None:
         return self._update(groups, "grpo", CompletionGroup)
+
+    def ppo_update(self, groups: Sequence[CompletionGroup]) -> dict[str, float] | None:
+        return self._update(groups, "ppo", CompletionGroup)
 
     def _update(self, items: Sequence[Any], algorithm: str, kind: type) -> dict[str, float] | None:
         if algorithm != self.algorithm_name:
@@ -142,30 +149,37 @@ class Learner:
         if len(self._buffer) < self.min_items:
             return None
         start = time.perf_counter()
-        steps = len(self._buffer) // self.items_per_step
+        batches = len(self._buffer) // self.items_per_step
         history = []
-        for _ in range(steps):
+        for _ in range(batches):
             batch, self._buffer = (self._buffer[:self.items_per_step],
                                    self._buffer[self.items_per_step:])
-            history.append(self._optimizer_step(batch[self.ranks.rank::self.ranks.world_size]))
+            history.extend(self._train_batch(batch[self.ranks.rank::self.ranks.world_size]))
         stats = {k: sum(h[k] for h in history) / len(history) for k in history[0]}
-        stats.update(step=self.step, steps=steps, items=steps * self.items_per_step,
+        stats.update(step=self.step, steps=len(history), items=batches * self.items_per_step,
                      buffered=len(self._buffer), lr=history[-1]["lr"],
                      wall_s=time.perf_counter() - start)
         return stats
 
-    def _optimizer_step(self, items: list[Any]) -> dict[str, float]:
+    def _train_batch(self, items: list[Any]) -> list[dict[str, float]]:
+        """The algorithm's optimizer steps on one batch (this rank's share of it)."""
         encoded = [self.algorithm.encode(item) for item in items]
         batches = [b.to(self.engine.device) for b in
                    micro_batches(encoded, self.micro_batch_size, pad_id(self.tokenizer))]
-        lr = self.engine.lr()
         with self.engine.compute(), reference_mode(self.engine.module, self.reference) as ref:
             references = [self.algorithm.reference(ref, b) for b in batches]
+        with self.engine.compute(), torch.no_grad():
+            frozen = self.algorithm.prepare(self.policy, batches, references, self.ranks.mean)
+        return [self._optimizer_step(batches, frozen) for _ in range(self.algorithm.epochs)]
+
+    def _optimizer_step(self, batches: list[MicroBatch], frozen: Sequence[Any]
+                        ) -> dict[str, float]:
+        lr = self.engine.lr()
         totals: dict[str, float] = {}
         grad_norm = None
-        for i, (batch, reference) in enumerate(zip(batches, references)):
+        for i, (batch, terms) in enumerate(zip(batches, frozen, strict=True)):
             with self.engine.compute():
-                loss, stats = self.algorithm.loss(self.policy, batch, reference)
+                loss, stats = self.algorithm.loss(self.policy, batch, terms)
             grad_norm = self.engine.micro_step(loss, boundary=i == len(batches) - 1)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / len(batches)
@@ -237,6 +251,17 @@ class Learner:
             else self.engine.module
         base.config.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
+
+
+def build_algorithm(p: LearnerParams, tokenizer: Any) -> Algorithm:
+    """The Algorithm `p.algorithm` names, with its settings from `p`."""
+    if p.algorithm is TrainAlgorithm.DPO:
+        return DPO(tokenizer, p.max_length, p.beta, p.label_smoothing, p.dpo_loss_type,
+                   p.rpo_alpha)
+    if p.algorithm is TrainAlgorithm.GRPO:
+        return GRPO(tokenizer, p.max_length, p.clip_eps, p.kl_coef)
+    return PPO(tokenizer, p.max_length, p.critic, p.ppo_epochs, p.clip_eps, p.value_clip,
+               p.vf_coef, p.kl_coef, p.kl_mode, p.gamma, p.gae_lambda)
 
 
 def _item_to_dict(item: Any) -> dict[str, Any]:

@@ -98,34 +98,59 @@ def token_logps(model: nn.Module | CausalLM, batch: TokenBatch) -> tuple[Tensor,
     the model's dtype: a bf16 log-softmax loses ~0.01 nats per token, too much for sums over
     hundreds of tokens.
     """
+    scored = scored_hidden(model, batch)
+    return scored.rows(scored.logps())
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoredHidden:
+    """The last hidden state at each position that predicts a completion token (position j
+    predicts the token at j + 1), flattened row by row, and how to put per-position values
+    back into [B, T] rows (`rows`)."""
+
+    model: CausalLM
+    hidden: Tensor  # [N, H]
+    targets: Tensor  # [N] the completion tokens predicted
+    scored: Tensor  # [B, L - 1] bool: where the N positions lie
+    completion_mask: Tensor  # [B, L]
+
+    def logps(self) -> Tensor:
+        """[N] float32 log-probs of the targets (the head projected in chunks, token_logps)."""
+        head, softcap = _output_head(self.model.module)
+        chunks = []
+        for start in range(0, len(self.targets), CHUNK_POSITIONS):
+            args = (self.hidden[start:start + CHUNK_POSITIONS],
+                    self.targets[start:start + CHUNK_POSITIONS], head, softcap)
+            chunks.append(checkpoint(_chunk_logps, *args, use_reentrant=False)
+                          if torch.is_grad_enabled() else _chunk_logps(*args))
+        return torch.cat(chunks) if chunks else self.hidden.new_zeros(0, dtype=torch.float32)
+
+    def rows(self, flat: Tensor) -> tuple[Tensor, Tensor]:
+        """[N] values -> ([B, T] float32, mask [B, T]) over the last T positions of the batch."""
+        out = torch.zeros(self.scored.shape, dtype=torch.float32, device=flat.device)
+        out = out.masked_scatter(self.scored, flat.float())
+        # Trim to the last T positions: from the earliest completion token of any row.
+        has_completion = self.completion_mask.any(dim=1)
+        starts = self.completion_mask.float().argmax(dim=1)
+        first = int(starts[has_completion].min()) if bool(has_completion.any()) else \
+            self.completion_mask.shape[1] - 1
+        return out[:, first - 1:], self.completion_mask[:, first:]
+
+
+def scored_hidden(model: nn.Module | CausalLM, batch: TokenBatch) -> ScoredHidden:
+    """One forward of `model` on `batch` (one logit kept per row), its last hidden state at the
+    positions that predict completion tokens."""
     if isinstance(model, nn.Module):
         model = CausalLM(model)
-    head, softcap = _output_head(model.module)
     out = (model.forward or model.module)(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=1,
         output_hidden_states=True, use_cache=False)
     if not out.hidden_states:
         raise RuntimeError(f"{type(model.module).__name__} returned no hidden states; the "
                            "learner needs output_hidden_states=True to be honoured")
-    # The hidden state at position j predicts the token at j + 1.
     scored = batch.completion_mask[:, 1:].bool()
-    hidden = out.hidden_states[-1][:, :-1][scored]
-    targets = batch.input_ids[:, 1:][scored]
-    chunks = []
-    for start in range(0, len(targets), CHUNK_POSITIONS):
-        args = (hidden[start:start + CHUNK_POSITIONS], targets[start:start + CHUNK_POSITIONS],
-                head, softcap)
-        chunks.append(checkpoint(_chunk_logps, *args, use_reentrant=False)
-                      if torch.is_grad_enabled() else _chunk_logps(*args))
-    flat = torch.cat(chunks) if chunks else hidden.new_zeros(0, dtype=torch.float32)
-    logps = torch.zeros(scored.shape, dtype=torch.float32, device=flat.device)
-    logps = logps.masked_scatter(scored, flat)
-    # Trim to the last T positions: from the earliest completion token of any row.
-    has_completion = batch.completion_mask.any(dim=1)
-    starts = batch.completion_mask.float().argmax(dim=1)
-    first = int(starts[has_completion].min()) if bool(has_completion.any()) else \
-        batch.input_ids.shape[1] - 1
-    return logps[:, first - 1:], batch.completion_mask[:, first:]
+    return ScoredHidden(model, out.hidden_states[-1][:, :-1][scored],
+                        batch.input_ids[:, 1:][scored], scored, batch.completion_mask)
 
 
 def _output_head(module: nn.Module) -> tuple[nn.Module, float | None]:

@@ -5,7 +5,8 @@ the base weights; full fine-tuning keeps a frozen deep copy. `merged_state_dict`
 W + (B A) * scaling functionally for every LoRA layer and returns the plain Hugging Face names
 (what `load_state_dict` on a fresh model of the base architecture, the hf backend's
 `update_weights` or a vLLM reload expects) without merging into, or otherwise touching, the
-adapters being trained (peft's `merge_and_unload` would consume them).
+adapters being trained (peft's `merge_and_unload` would consume them), and without PPO's
+critic (its adapter and the module's `value_head`, learner/critic.py).
 Non-goals: ZeRO-3 (partitioned parameters would need gathering first), quantised base weights.
 """
 
@@ -18,6 +19,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+VALUE_HEAD = "value_head"  # the trained module's attribute PPO's value head lives under
 
 
 def load_policy(model_path: str, lora_rank: int, lora_alpha: int | None, seed: int,
@@ -91,10 +94,23 @@ def reference_mode(policy: nn.Module, reference: nn.Module | None) -> Iterator[n
         if reference is not None:
             yield reference
         elif is_lora(policy):
-            with policy.disable_adapter():
+            with keep_trainable(policy), policy.disable_adapter():
                 yield policy
         else:
             raise ValueError("full fine-tuning needs a frozen reference copy; none was built")
+
+
+@contextlib.contextmanager
+def keep_trainable(model: nn.Module) -> Iterator[None]:
+    """Whatever is trainable on entry is trainable again on exit. peft's adapter switches
+    (disable_adapter, set_adapter) leave only the active adapter trainable, which would freeze a
+    second adapter (PPO's critic) that the engine's optimizer still steps."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    try:
+        yield
+    finally:
+        for p in trainable:
+            p.requires_grad_(True)
 
 
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -110,7 +126,8 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
     Tied weights (Gemma's lm_head = embed_tokens) stay one tensor under both names."""
     if not is_lora(model):
-        return _detached(model.state_dict())
+        return _detached({k: v for k, v in model.state_dict().items()
+                          if not k.startswith(f"{VALUE_HEAD}.")})
     from peft.tuners.lora import LoraLayer
 
     base = model.get_base_model()

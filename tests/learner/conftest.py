@@ -1,10 +1,11 @@
 """Fixed preference pairs shaped like the solver's (prompt ends with the signature; programs
-start with it) and a helper that builds small learners on the tiny model."""
+start with it), PPO's toy-reward groups, and the fast settings of small learners on the tiny
+model."""
 
 import pytest
 import torch
 
-from spade_ray.records import PreferencePair
+from spade_ray.records import CompletionGroup, PreferencePair
 
 
 @pytest.fixture(autouse=True)
@@ -37,3 +38,8 @@ def pairs() -> list[PreferencePair]:
 # visibly moves with, 4 pairs per optimizer step in 2 micro-batches.
 FAST = dict(lr=1e-2, bf16=False, min_pairs_per_update=4, micro_batch_size=2, grad_accum=2,
             lora_rank=4, seed=0)
+
+# PPO's toy reward: 1 for the completion with the target token Q, 0 for the others.
+TOY_PROMPT = "Pick a letter: "
+TOY_GROUPS = [CompletionGroup(TOY_PROMPT, ("aQb", "acb", "adb"), (1.0, 0.0, 0.0), f"t{i}")
+              for i in range(4)]

@@ -1,4 +1,5 @@
-"""The DeepSpeed engine (ZeRO-2, gloo, one CPU process) against the plain torch engine."""
+"""The DeepSpeed engine (ZeRO-2, gloo, one CPU process) against the plain torch engine, DPO and
+PPO."""
 
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import torch
 
 from spade_ray.learner import Learner, LearnerParams
 from tests.learner.conftest import FAST
+from tests.learner.conftest import TOY_GROUPS as GROUPS
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")
 
@@ -58,3 +60,38 @@ def test_deepspeed_resume_gives_the_same_next_step_loss(tiny_model, pairs, tmp_p
 def test_deepspeed_bf16_trains(tiny_model, pairs):
     _, history = run(tiny_model, pairs, STEPS, bf16=True)
     assert history[-1]["loss"] < history[0]["loss"] - 0.01
+
+
+def ppo_run(tiny_model, updates, **overrides):
+    learner = Learner(tiny_model, LearnerParams(**{**FAST, "algorithm": "ppo",
+                                                   "warmup_steps": 2, **overrides}))
+    return learner, [learner.ppo_update(GROUPS) for _ in range(updates)]
+
+
+@pytest.fixture(scope="module")
+def deepspeed_ppo_history(tiny_model):
+    return ppo_run(tiny_model, 2, deepspeed_config=CONFIG)[1]
+
+
+def test_deepspeed_and_torch_engines_do_the_same_ppo_arithmetic(tiny_model,
+                                                                deepspeed_ppo_history):
+    _, history = ppo_run(tiny_model, 2)
+    for ours, theirs in zip(history, deepspeed_ppo_history):
+        assert ours["lr"] == theirs["lr"]
+        for key in ("loss", "policy_loss", "value_loss"):
+            assert ours[key] == pytest.approx(theirs[key], abs=1e-5), key
+
+
+def test_deepspeed_ppo_resume_gives_the_same_next_update(tiny_model, tmp_path,
+                                                         deepspeed_ppo_history):
+    first, _ = ppo_run(tiny_model, 1, deepspeed_config=CONFIG)
+    first.save_checkpoint(tmp_path / "ckpt")
+    resumed = Learner(tiny_model, LearnerParams(**{**FAST, "algorithm": "ppo",
+                                                   "warmup_steps": 2,
+                                                   "deepspeed_config": CONFIG}))
+    resumed.load_checkpoint(tmp_path / "ckpt")
+    after = resumed.ppo_update(GROUPS)
+    expected = deepspeed_ppo_history[-1]
+    assert (after["step"], after["lr"]) == (expected["step"], expected["lr"])
+    for key in ("loss", "value_loss"):  # value_loss: the critic came back too
+        assert after[key] == pytest.approx(expected[key], abs=1e-6), key
