@@ -29,6 +29,7 @@ from spade_ray.config import (
     control_config,
     role_sampling,
     sandbox_limits,
+    sft_warmup,
     validate_learner,
     validate_loop,
     validate_model,
@@ -104,7 +105,8 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
                 executor=executor, limits=limits, loop=loop_cfg, validation=validation,
                 validation_problems=problems, seeds=seeds,
                 trainer=start_trainer(cluster, model, learner, params, problems, run_dir)
-                if params else None, control=control_config(loop_cfg))
+                if params else None, control=control_config(loop_cfg),
+                warm_start=sft_warmup(learner) if params else None)
             metrics = loop.run_rounds(the_run)
     finally:
         sink.close()

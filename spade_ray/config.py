@@ -17,7 +17,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from spade_ray.execution.executor import Placement
 from spade_ray.preferences.generator import GeneratorReward
-from spade_ray.records import LearnerParams, Limits, SamplingParams, TaskFamily, TrainAlgorithm
+from spade_ray.records import (
+    LearnerParams,
+    Limits,
+    Role,
+    SamplingParams,
+    TaskFamily,
+    TrainAlgorithm,
+)
 from spade_ray.rollout.backend import BACKENDS
 from spade_ray.tasks.admission import AdmissionConfig
 from spade_ray.tasks.control import ControlConfig
@@ -129,6 +136,43 @@ class LearnerConfig:
     # update; None: that gate signal is off
     gate_logp_tolerance: float | None = None
     params: dict[str, Any] = dataclasses.field(default_factory=dict)  # records.LearnerParams
+    # SFT on the seed pool before round 0 (SftWarmup's keys); null: off
+    sft_warmup: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SftWarmup:
+    """learner.sft_warmup: supervised fine-tuning on the seed pool's tasks and solutions before
+    round 0 (tasks/demonstrations.py), then its own gate (training.Trainer.warm_start)."""
+
+    epochs: int = 1  # passes over the demonstrations
+    lr_scale: float = 4.0  # the learner's params.lr times this, for the warm start only
+    roles: tuple[str, ...] = ("solver", "generator")  # whose demonstrations
+    gate_tolerance: float = 0.05  # validation pass@1 drop that rejects the warm start
+    gate_logp_tolerance: float | None = 0.1  # held-out log-prob drop (nats/token); None: off
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "roles", tuple(self.roles))
+        if not isinstance(self.epochs, int) or self.epochs < 1:
+            raise ValueError(f"learner.sft_warmup.epochs must be an integer >= 1, got "
+                             f"{self.epochs!r}")
+        if self.lr_scale <= 0:
+            raise ValueError(f"learner.sft_warmup.lr_scale must be > 0, got {self.lr_scale}")
+        wrong = [r for r in self.roles if r not in tuple(Role)]
+        if wrong or not self.roles:
+            raise ValueError(f"learner.sft_warmup.roles={list(self.roles)}: list one or more "
+                             f"of {[str(r) for r in Role]}")
+        if self.gate_tolerance < 0 or (self.gate_logp_tolerance or 0) < 0:
+            raise ValueError("learner.sft_warmup gate tolerances must be >= 0")
+
+
+def sft_warmup(learner: LearnerConfig) -> SftWarmup | None:
+    """The warm start's typed settings (None: off), a misspelt key named."""
+    if learner.sft_warmup is None:
+        return None
+    if learner.name == NO_LEARNER:
+        raise ValueError("learner.sft_warmup needs a learner (learner=dpo, grpo or ppo)")
+    return _typed(SftWarmup, dict(learner.sft_warmup), "learner.sft_warmup")
 
 
 def validate_learner(cfg: DictConfig | dict) -> tuple[LearnerConfig, LearnerParams | None]:
@@ -145,6 +189,7 @@ def validate_learner(cfg: DictConfig | dict) -> tuple[LearnerConfig, LearnerPara
     if learner.gate_logp_tolerance is not None and learner.gate_logp_tolerance < 0:
         raise ValueError(f"learner.gate_logp_tolerance must be >= 0 or null (off), got "
                          f"{learner.gate_logp_tolerance}")
+    sft_warmup(learner)  # checked here, used by the loop
     if learner.name == NO_LEARNER:
         return learner, None
     known = {f.name for f in dataclasses.fields(LearnerParams)} - {"algorithm",

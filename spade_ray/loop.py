@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from spade_ray import stages
-from spade_ray.config import CapsConfig, LoopConfig, ValidationConfig
+from spade_ray.config import CapsConfig, LoopConfig, SftWarmup, ValidationConfig
 from spade_ray.evaluation import humaneval
 from spade_ray.evaluation.humaneval import HumanEvalProblem, ValidationResult
 from spade_ray.execution import Executor
@@ -35,11 +35,13 @@ from spade_ray.recorder import Recorder, RoundRecord
 from spade_ray.records import (
     LearnOutcome,
     Limits,
+    Role,
     RoundMetrics,
     RoundState,
     Task,
     TrainAlgorithm,
     UpdateStatus,
+    WarmStart,
 )
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.streaming import Ahead
@@ -56,9 +58,10 @@ from spade_ray.tasks.control import (
     next_level,
     target_pass_rate,
 )
+from spade_ray.tasks.demonstrations import seed_demonstrations
 from spade_ray.tasks.prompting import family_schedule, topic_schedule
 from spade_ray.tracking import Versions
-from spade_ray.training import Trainer
+from spade_ray.training import Gate, Trainer
 
 
 def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, RoundState]:
@@ -90,9 +93,10 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
                              budget.meters, budget.elapsed_s(),
                              band=(control.band_low, control.band_high),
                              level=state.control_level, tiers=tiers, injected=len(injected))
+    metrics = dataclasses.replace(metrics, warm_start=state.warm_start)
     archive = stages.update_archive(state.archive, record.new_tasks, run.loop.archive_size)
     metrics, next_state = steer(run, metrics, dataclasses.replace(
-        state, archive=archive, replay_cursor=cursor, inject=()), started_from,
+        state, archive=archive, replay_cursor=cursor, inject=(), warm_start=None), started_from,
         {t.task_id for t in [*run.seeds, *archive]}, record.task_pass_rates)
     if run.trainer is not None:
         next_state = run.trainer.carry(next_state)
@@ -231,15 +235,57 @@ def learn_and_validate(run: Run, record: RoundRecord
 def run_rounds(run: Run) -> list[RoundMetrics]:
     """The remaining rounds of the run; every round's metrics (resumed ones too)."""
     start, state = run.recorder.resume(run.loop.rounds)
+    new = state is None
     if state is None:  # a new run: the gate's first baseline is the base weights' pass@1
         state = RoundState(served_pass_at_1=pass_at_1(run.validate())
                            if run.trainer is not None else None)
     if run.trainer is not None:
         run.trainer.resume(state)
+        if new and run.warm_start is not None:
+            state = warm_start(run, run.trainer, run.warm_start, state)
     for index in range(start, run.loop.rounds):
         metrics, state = run_round(run, index, state)
         run.recorder.complete(metrics, state)
     return run.recorder.all_metrics()
+
+
+def warm_start(run: Run, trainer: Trainer, config: SftWarmup, state: RoundState) -> RoundState:
+    """The SFT warm start of a new run (learner.sft_warmup): the seed pool's demonstrations,
+    trained on, served, validated and gated like an update; what it did goes into round 0's
+    metrics. A run killed before round 0 completes starts again from the base weights and
+    warm-starts again (nothing of it was recorded as complete)."""
+    started = time.monotonic()
+    templates = {**run.solving.templates, "generator": run.generation.template}
+    demonstrations = seed_demonstrations(run.seeds, templates, run.loop.few_shot,
+                                         run.loop.generator_few_shot,
+                                         [Role(r) for r in config.roles], run.loop.seed)
+    gate = Gate(config.gate_tolerance, config.gate_logp_tolerance)
+    published, stats = trainer.warm_start(demonstrations, config.epochs, config.lr_scale, gate,
+                                          run.loop.seed)
+    before = (state.served_pass_at_1, trainer.heldout_logp)  # the base weights' (measured first)
+    outcome = trainer.gate(published, run.validate(), gate)
+    record = WarmStart(
+        demonstrations=len(demonstrations),
+        generator_demonstrations=sum(d.role is Role.GENERATOR for d in demonstrations),
+        epochs=config.epochs, steps=int(stats["steps"]), loss=stats.get("loss"),
+        update=outcome.update, pass_at_1_before=before[0], pass_at_1_after=outcome.gate_pass_at_1,
+        heldout_logp_before=before[1], heldout_logp_after=outcome.gate_heldout_logp,
+        rejected_by=outcome.rejected_by, wall_s=time.monotonic() - started)
+    print(warm_start_line(record), flush=True)
+    return dataclasses.replace(trainer.carry(state), warm_start=record)
+
+
+def warm_start_line(w: WarmStart) -> str:
+    def fmt(value: float | None, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    verdict = str(w.update) + (f" ({', '.join(map(str, w.rejected_by))} fell)"
+                               if w.rejected_by else "")
+    return (f"sft warm start: {w.demonstrations} demonstrations ({w.generator_demonstrations} "
+            f"generator), {w.epochs} epoch(s), {w.steps} steps, loss {fmt(w.loss, 3)}, "
+            f"{verdict}: val pass@1 {fmt(w.pass_at_1_before, 3)} -> "
+            f"{fmt(w.pass_at_1_after, 3)}, held-out logp {fmt(w.heldout_logp_before, 4)} -> "
+            f"{fmt(w.heldout_logp_after, 4)}, {w.wall_s:.0f} s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +303,7 @@ class Run:
     seeds: tuple[Task, ...]
     trainer: Trainer | None = None  # None: collect-only rounds (learner=none)
     control: ControlConfig = ControlConfig()
+    warm_start: SftWarmup | None = None  # SFT on the seed pool before round 0 (with a trainer)
 
     @property
     def algorithm(self) -> TrainAlgorithm | None:

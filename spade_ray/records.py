@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import json
 import math
+import types
 import typing
 from typing import Any, TypeVar
 
@@ -339,6 +340,35 @@ class PreferencePair:
 
 
 @dataclasses.dataclass(frozen=True)
+class Demonstration:
+    """A supervised example for the SFT warm start: a role's prompt and the text it should write
+    after it (a seed task's solution for the solver, the seed task itself for the generator)."""
+
+    task_id: str
+    prompt: str
+    completion: str
+    role: Role
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStart:
+    """The SFT warm start before round 0 (learner.sft_warmup) and its gate's verdict."""
+
+    demonstrations: int
+    generator_demonstrations: int  # of those, the generator's (the rest: the solver's)
+    epochs: int
+    steps: int
+    loss: float | None  # mean NLL per completion token over the steps
+    update: UpdateStatus  # accepted, or rejected (the base weights are served again)
+    pass_at_1_before: float | None
+    pass_at_1_after: float | None
+    heldout_logp_before: float | None
+    heldout_logp_after: float | None
+    rejected_by: tuple[GateSignal, ...] = ()
+    wall_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
 class LearnOutcome:
     """What the learn stage did in a round; its fields are RoundMetrics' learner fields."""
 
@@ -405,6 +435,7 @@ class RoundMetrics:
     generator_rollback: int | None = None  # the version served again after the alarm
     hard_tasks_injected: int = 0  # hardest seeds replayed because the last round alarmed
     validation_tiers: tuple[tuple[str, float], ...] = ()  # (tier, pass@1) of the served weights
+    warm_start: WarmStart | None = None  # round 0 of a run that began with an SFT warm start
 
     @property
     def valid_task_rate(self) -> float:
@@ -531,6 +562,7 @@ class RoundState:
     good_checkpoint: str | None = None
     good_version: int = 0
     good_pass_at_1: float | None = None
+    warm_start: WarmStart | None = None  # what the warm start did, until round 0 records it
 
 
 def to_dict(record: Any) -> dict[str, Any]:
@@ -559,6 +591,11 @@ def from_dict(cls: type[R], data: dict[str, Any]) -> R:
 
 def _convert(hint: Any, value: Any) -> Any:
     origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):  # X | None: X's conversion, or None
+        if value is None:
+            return None
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(inner[0], value) if len(inner) == 1 else value
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return hint(value)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):

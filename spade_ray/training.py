@@ -29,6 +29,7 @@ from spade_ray.evaluation.humaneval import ValidationResult
 from spade_ray.learner.actor import LearnerGroup
 from spade_ray.records import (
     CompletionGroup,
+    Demonstration,
     GateSignal,
     LearnOutcome,
     PreferencePair,
@@ -115,15 +116,30 @@ class Trainer:
         self._publish(self.served, self.version)
         return Published(stats.get("loss"), previous, self._heldout_pending())
 
-    def gate(self, published: Published | None, validation: ValidationResult | None
-             ) -> LearnOutcome:
-        """Keep or roll back the published update, given the validation of what is served."""
+    def warm_start(self, demonstrations: Sequence[Demonstration], epochs: int, lr_scale: float,
+                   gate: Gate, seed: int) -> tuple[Published, dict[str, float]]:
+        """Supervised fine-tuning on `demonstrations` (the SFT warm start before round 0),
+        published like an update; `gate(published, validation, gate)` then keeps it or serves
+        the base weights again. Its own `gate`: imitation moves the held-out log-prob more
+        than a preference update does. The learner's stats come back too."""
+        if self.heldout_logp is None:  # the rounds' gate may leave the log-prob signal off
+            self.heldout_logp = self.measure_heldout(gate)
+        stats = self.learner.sft(demonstrations, epochs, lr_scale, seed)
+        previous, self.served = self.served, self.learner.policy_state_dict()
+        self.version += 1
+        self._publish(self.served, self.version)
+        return Published(stats.get("loss"), previous, self._heldout_pending(gate)), stats
+
+    def gate(self, published: Published | None, validation: ValidationResult | None,
+             config: Gate | None = None) -> LearnOutcome:
+        """Keep or roll back the published update, given the validation of what is served
+        (judged by `config`, the rounds' gate by default)."""
         measured = validation.pass_at_k[1] if validation is not None else None
         if published is None:  # the served weights did not change: a fresh baseline
             self.served_pass_at_1 = measured
             return LearnOutcome(UpdateStatus.BUFFERING, self.learner.step())
         logp = None if published.heldout_logp is None else ray.get(published.heldout_logp)
-        rejected_by = self._fallen(measured, logp)
+        rejected_by = self._fallen(measured, logp, config or self.gate_config)
         if rejected_by:
             self._reject(published.previous)
         else:
@@ -147,23 +163,26 @@ class Trainer:
         self.served_pass_at_1 = served_pass_at_1
         return version
 
-    def measure_heldout(self) -> float | None:
-        """The learner's current mean token log-prob on `heldout` (None when the gate is off)."""
-        pending = self._heldout_pending()
+    def measure_heldout(self, gate: Gate | None = None) -> float | None:
+        """The learner's current mean token log-prob on `heldout` (None when `gate`, the
+        rounds' gate by default, leaves that signal off)."""
+        pending = self._heldout_pending(gate)
         return None if pending is None else ray.get(pending)
 
-    def _heldout_pending(self) -> ray.ObjectRef | None:
-        if not self.heldout or self.gate_config.heldout_logp_tolerance is None:
+    def _heldout_pending(self, gate: Gate | None = None) -> ray.ObjectRef | None:
+        if not self.heldout or (gate or self.gate_config).heldout_logp_tolerance is None:
             return None
         return self.learner.mean_token_logp(self.heldout)
 
-    def _fallen(self, pass_at_1: float | None, logp: float | None) -> tuple[GateSignal, ...]:
+    def _fallen(self, pass_at_1: float | None, logp: float | None, gate: Gate
+                ) -> tuple[GateSignal, ...]:
         fallen = []
         if (pass_at_1 is not None and self.served_pass_at_1 is not None
-                and pass_at_1 < self.served_pass_at_1 - self.gate_config.pass_at_1_tolerance):
+                and pass_at_1 < self.served_pass_at_1 - gate.pass_at_1_tolerance):
             fallen.append(GateSignal.PASS_AT_1)
         if (logp is not None and self.heldout_logp is not None
-                and logp < self.heldout_logp - self.gate_config.heldout_logp_tolerance):
+                and gate.heldout_logp_tolerance is not None
+                and logp < self.heldout_logp - gate.heldout_logp_tolerance):
             fallen.append(GateSignal.HELDOUT_LOGP)
         return tuple(fallen)
 

@@ -9,6 +9,7 @@ from spade_ray.config import (
     admission_config,
     control_config,
     role_sampling,
+    sft_warmup,
     validate_learner,
     validate_loop,
     validate_model,
@@ -88,6 +89,25 @@ def test_a_misspelt_learner_parameter_is_refused_before_anything_starts():
 def test_a_bad_learner_parameter_value_is_named():
     with pytest.raises(ValueError, match="lr must be > 0"):
         validate_learner({"name": "dpo", "params": {"lr": 0.0}})
+
+
+@pytest.mark.parametrize("warmup, message", [
+    ({"epoch": 1}, r"learner.sft_warmup: unknown keys \['epoch'\]"),
+    ({"epochs": 0}, "epochs must be an integer >= 1"),
+    ({"roles": ["critic"]}, "roles=\\['critic'\\]"),
+    ({"lr_scale": 0}, "lr_scale must be > 0"),
+])
+def test_a_bad_sft_warmup_is_named(warmup, message):
+    with pytest.raises(ValueError, match=message):
+        validate_learner({"name": "dpo", "sft_warmup": warmup})
+
+
+def test_an_sft_warmup_needs_a_learner_and_defaults_to_both_roles():
+    with pytest.raises(ValueError, match="sft_warmup needs a learner"):
+        validate_learner({"name": "none", "sft_warmup": {}})
+    learner, _ = validate_learner({"name": "grpo", "sft_warmup": {"epochs": 2}})
+    assert sft_warmup(learner).roles == ("solver", "generator")
+    assert sft_warmup(validate_learner({"name": "dpo"})[0]) is None
 
 
 @pytest.mark.parametrize("path", sorted((CONF / "learner").glob("*.yaml")), ids=lambda p: p.stem)

@@ -114,3 +114,18 @@ def test_dpo_rounds_start_a_learner_and_checkpoint_it(tmp_path, ranks):
     assert json.loads((checkpoint / "learner.json").read_text())["world_size"] == ranks
     assert [(checkpoint / f"rng.rank{r}.pt").is_file() for r in range(1, ranks)] == \
         [True] * (ranks - 1)
+
+
+def test_an_sft_warm_start_runs_before_round_0_and_is_recorded_with_it(tmp_path):
+    out = subprocess.run(run_cmd(tmp_path, "learner=dpo", "loop.rounds=2",
+                                 "learner.sft_warmup={epochs: 1}"),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count("sft warm start: ") == 1
+    rows = [json.loads(line) for line in
+            (tmp_path / "cpu_tiny" / "metrics.jsonl").read_text().splitlines()]
+    warm = rows[0]["warm_start"]
+    assert warm["steps"] > 0 and warm["generator_demonstrations"] > 0
+    assert warm["update"] in ("accepted", "rejected") and rows[1]["warm_start"] is None
+    if warm["update"] == "accepted":  # the rounds were served the warm-started weights
+        assert rows[0]["solver_version"] == 1 and rows[0]["learner_step"] >= warm["steps"]

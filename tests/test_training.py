@@ -9,9 +9,11 @@ import ray
 from spade_ray.cluster import Cluster, RoleSpec
 from spade_ray.evaluation.humaneval import ValidationResult
 from spade_ray.records import (
+    Demonstration,
     GateSignal,
     LearnerParams,
     PreferencePair,
+    Role,
     RoundState,
     SamplingParams,
     TrainAlgorithm,
@@ -173,3 +175,29 @@ def test_a_collapse_rollback_serves_an_earlier_accepted_checkpoint_under_a_new_v
             trainer.accepted_checkpoint) == (good.weights_version, served, good.weights_version
                                              + 2, 0.25, good.learner_checkpoint)
     assert trainer.roll_back(good.learner_checkpoint, good.weights_version, 0.25) is None
+
+
+def demonstrations(n):
+    return [Demonstration(f"t{i}", PROMPT, "def add(a, b):\n    return a + b\n", Role.SOLVER)
+            for i in range(n)]
+
+
+def test_an_sft_warm_start_is_served_and_kept_when_validation_holds(placed, tmp_path):
+    trainer = start(placed, tmp_path)  # the rounds' gate leaves the log-prob signal off
+    version = trainer.version
+    published, stats = trainer.warm_start(demonstrations(4), 2, 1.0, Gate(0.05, 0.1), seed=0)
+    before = trainer.heldout_logp  # measured first for the warm start's own gate
+    outcome = trainer.gate(published, validation(0.5), Gate(0.05, 0.1))
+    assert stats["steps"] == 4 and outcome.update is UpdateStatus.ACCEPTED
+    assert outcome.gate_heldout_logp > before  # imitating the solution raised its log-prob
+    assert served_text(placed[0]).weights_version == version + 1 == trainer.version
+
+
+def test_an_sft_warm_start_that_lowers_pass_at_1_serves_the_base_weights_again(placed, tmp_path):
+    trainer = start(placed, tmp_path)
+    served = served_text(placed[0]).text
+    published, _ = trainer.warm_start(demonstrations(4), 2, 1.0, Gate(0.05, None), seed=0)
+    outcome = trainer.gate(published, validation(0.25), Gate(0.05, None))
+    assert (outcome.update, outcome.rejected_by) == (UpdateStatus.REJECTED,
+                                                     (GateSignal.PASS_AT_1,))
+    assert served_text(placed[0]).text == served and trainer.learner.step() == 0

@@ -31,7 +31,7 @@ from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from spade_ray.learner.learner import Learner
-from spade_ray.records import CompletionGroup, LearnerParams, PreferencePair
+from spade_ray.records import CompletionGroup, Demonstration, LearnerParams, PreferencePair
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
@@ -44,6 +44,10 @@ class LearnerActor:
     def update(self, items: Sequence[PreferencePair] | Sequence[CompletionGroup]
                ) -> dict[str, float] | None:
         return self.learner.update(items)
+
+    def sft(self, demonstrations: Sequence[Demonstration], epochs: int, lr_scale: float,
+            seed: int) -> dict[str, float]:
+        return self.learner.sft(demonstrations, epochs, lr_scale, seed)
 
     def mean_token_logp(self, texts: Sequence[tuple[str, str]]) -> float:
         return self.learner.mean_token_logp(texts)
@@ -109,6 +113,12 @@ class LearnerGroup:
         """The update on every rank; the stats (averaged over the ranks)."""
         batch = ray.put(list(items))  # one copy for all ranks
         return self._all(lambda actor: actor.update.remote(batch))[0]
+
+    def sft(self, demonstrations: Sequence[Demonstration], epochs: int, lr_scale: float,
+            seed: int) -> dict[str, float]:
+        """Supervised fine-tuning on every rank (Learner.sft); the stats."""
+        batch = ray.put(list(demonstrations))
+        return self._all(lambda actor: actor.sft.remote(batch, epochs, lr_scale, seed))[0]
 
     def mean_token_logp(self, texts: Sequence[tuple[str, str]]) -> ray.ObjectRef:
         return self.actors[0].mean_token_logp.remote(list(texts))

@@ -25,7 +25,7 @@ from spade_ray.learner.logprobs import (
     token_logps,
 )
 from spade_ray.learner.losses import dpo_loss, group_advantages, grpo_loss, nll_per_token
-from spade_ray.records import CompletionGroup, PreferencePair
+from spade_ray.records import CompletionGroup, Demonstration, PreferencePair
 from spade_ray.tasks import split_program
 
 Model = nn.Module | CausalLM  # what token_logps scores with
@@ -182,3 +182,33 @@ class GRPO:
         logps, mask = token_logps(model, batch.tokens)
         return grpo_loss(logps, logps.detach(), reference, batch.values, mask, self.clip_eps,
                          self.kl_coef)
+
+
+@dataclasses.dataclass(frozen=True)
+class SFT:
+    """Supervised fine-tuning on Demonstrations (the warm start before round 0): the mean NLL
+    per completion token, pooled over the micro-batch. No reference terms: a warm start only
+    imitates, and its gate (training.Trainer.warm_start) checks what it did to validation."""
+
+    tokenizer: Any
+    max_length: int
+    epochs = 1
+
+    def encode(self, item: Demonstration) -> EncodedItem:
+        context, completion = split_program(item.prompt, item.completion)
+        return EncodedItem((encode(self.tokenizer, context, completion, self.max_length),),
+                           (0.0,))
+
+    def reference(self, model: Model, batch: MicroBatch) -> Tensor:
+        return torch.zeros(0)  # nothing: the reference model is not consulted
+
+    def prepare(self, policy: CausalLM, batches: Sequence[MicroBatch],
+                references: Sequence[Tensor],
+                mean_over_ranks: Callable[[list[float]], list[float]]) -> Sequence[Tensor]:
+        return references
+
+    def loss(self, model: Model, batch: MicroBatch, reference: Tensor
+             ) -> tuple[Tensor, dict[str, float]]:
+        logps, mask = token_logps(model, batch.tokens)
+        loss = nll_per_token(logps.sum(dim=1), mask.sum(dim=1))
+        return loss, {"loss": loss.item()}

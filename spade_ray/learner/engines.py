@@ -33,6 +33,7 @@ import copy
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -97,6 +98,7 @@ class TrainEngine(Protocol):
     def compute(self) -> contextlib.AbstractContextManager: ...
     def micro_step(self, loss: torch.Tensor, boundary: bool) -> float | None: ...
     def lr(self) -> float: ...
+    def lr_scale(self, factor: float) -> contextlib.AbstractContextManager: ...
     def save(self, directory: Path) -> None: ...
     def load(self, directory: Path) -> None: ...
 
@@ -114,6 +116,27 @@ def warmup_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int
     # A lambda, not a callable object: LambdaLR leaves functions out of its state_dict.
     return torch.optim.lr_scheduler.LambdaLR(optimizer,
                                              lambda step: warmup_factor(step, warmup_steps))
+
+
+@contextlib.contextmanager
+def scaled_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, factor: float
+                    ) -> Iterator[None]:
+    """The schedule's learning rates times `factor` while inside (the SFT warm start trains at
+    its own rate with the same optimizer, so one optimizer state carries on into the rounds);
+    the schedule's own rates are back, for the step it is at, on the way out."""
+    base = list(scheduler.base_lrs)
+
+    def apply(rates: list[float]) -> None:
+        scheduler.base_lrs = rates
+        for group, rate, rule in zip(scheduler.optimizer.param_groups, rates,
+                                     scheduler.lr_lambdas, strict=True):
+            group["lr"] = rate * rule(scheduler.last_epoch)
+
+    apply([rate * factor for rate in base])
+    try:
+        yield
+    finally:
+        apply(base)
 
 
 class TorchEngine:
@@ -151,6 +174,9 @@ class TorchEngine:
 
     def lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
+
+    def lr_scale(self, factor: float) -> contextlib.AbstractContextManager:
+        return scaled_schedule(self.scheduler, factor)
 
     def save(self, directory: Path) -> None:
         """Trainable weights exactly as trained (float32 masters) + optimizer + scheduler."""
@@ -246,6 +272,9 @@ class DeepSpeedEngine:
 
     def lr(self) -> float:
         return float(self.engine.get_lr()[0])
+
+    def lr_scale(self, factor: float) -> contextlib.AbstractContextManager:
+        return scaled_schedule(self.engine.lr_scheduler, factor)  # our client scheduler
 
     def save(self, directory: Path) -> None:
         # LoRA: the frozen base is the model directory itself; only adapters + optimizer go here.

@@ -26,6 +26,7 @@ stage's).
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +34,7 @@ from typing import Any
 
 import torch
 
-from spade_ray.learner.algorithms import DPO, GRPO, Algorithm, MicroBatch, micro_batches
+from spade_ray.learner.algorithms import DPO, GRPO, SFT, Algorithm, MicroBatch, micro_batches
 from spade_ray.learner.checkpoint import (
     atomic_directory,
     read_meta,
@@ -61,6 +62,7 @@ from spade_ray.learner.weights import (
 )
 from spade_ray.records import (
     CompletionGroup,
+    Demonstration,
     LearnerParams,
     PreferencePair,
     TrainAlgorithm,
@@ -154,32 +156,62 @@ class Learner:
         for _ in range(batches):
             batch, self._buffer = (self._buffer[:self.items_per_step],
                                    self._buffer[self.items_per_step:])
-            history.extend(self._train_batch(batch[self.ranks.rank::self.ranks.world_size]))
+            history.extend(self._train_batch(batch[self.ranks.rank::self.ranks.world_size],
+                                             self.algorithm))
+        return self._summary(history, batches * self.items_per_step, start)
+
+    def sft(self, demonstrations: Sequence[Demonstration], epochs: int, lr_scale: float,
+            seed: int = 0) -> dict[str, float]:
+        """Supervised fine-tuning on `demonstrations` now (the warm start before round 0),
+        outside the buffer: `epochs` passes, each in a fresh order (seeded, the same on every
+        rank), in whole batches of micro_batch_size * grad_accum (a pass's remainder waits for
+        the next one's order), at the learner's rate times `lr_scale` on the same optimizer."""
+        bad = [type(d).__name__ for d in demonstrations if not isinstance(d, Demonstration)]
+        if bad:
+            raise TypeError(f"sft takes Demonstration items, got {bad[:3]}")
+        if len(demonstrations) < self.items_per_step:
+            raise ValueError(f"sft needs at least {self.items_per_step} demonstrations (one "
+                             f"batch of micro_batch_size * grad_accum * ranks), got "
+                             f"{len(demonstrations)}")
+        algorithm = SFT(self.tokenizer, self.max_length)
+        start, history = time.perf_counter(), []
+        with self.engine.lr_scale(lr_scale):
+            for epoch in range(epochs):
+                order = list(demonstrations)
+                random.Random(seed * 1_000_003 + epoch).shuffle(order)
+                for first in range(0, len(order) - self.items_per_step + 1, self.items_per_step):
+                    batch = order[first:first + self.items_per_step]
+                    history.extend(self._train_batch(
+                        batch[self.ranks.rank::self.ranks.world_size], algorithm))
+        return self._summary(history, len(history) * self.items_per_step, start)
+
+    def _summary(self, history: list[dict[str, float]], items: int, start: float
+                 ) -> dict[str, float]:
         stats = {k: sum(h[k] for h in history) / len(history) for k in history[0]}
-        stats.update(step=self.step, steps=len(history), items=batches * self.items_per_step,
+        stats.update(step=self.step, steps=len(history), items=items,
                      buffered=len(self._buffer), lr=history[-1]["lr"],
                      wall_s=time.perf_counter() - start)
         return stats
 
-    def _train_batch(self, items: list[Any]) -> list[dict[str, float]]:
+    def _train_batch(self, items: list[Any], algorithm: Algorithm) -> list[dict[str, float]]:
         """The algorithm's optimizer steps on one batch (this rank's share of it)."""
-        encoded = [self.algorithm.encode(item) for item in items]
+        encoded = [algorithm.encode(item) for item in items]
         batches = [b.to(self.engine.device) for b in
                    micro_batches(encoded, self.micro_batch_size, pad_id(self.tokenizer))]
         with self.engine.compute(), reference_mode(self.engine.module, self.reference) as ref:
-            references = [self.algorithm.reference(ref, b) for b in batches]
+            references = [algorithm.reference(ref, b) for b in batches]
         with self.engine.compute(), torch.no_grad():
-            frozen = self.algorithm.prepare(self.policy, batches, references, self.ranks.mean)
-        return [self._optimizer_step(batches, frozen) for _ in range(self.algorithm.epochs)]
+            frozen = algorithm.prepare(self.policy, batches, references, self.ranks.mean)
+        return [self._optimizer_step(batches, frozen, algorithm) for _ in range(algorithm.epochs)]
 
-    def _optimizer_step(self, batches: list[MicroBatch], frozen: Sequence[Any]
-                        ) -> dict[str, float]:
+    def _optimizer_step(self, batches: list[MicroBatch], frozen: Sequence[Any],
+                        algorithm: Algorithm) -> dict[str, float]:
         lr = self.engine.lr()
         totals: dict[str, float] = {}
         grad_norm = None
         for i, (batch, terms) in enumerate(zip(batches, frozen, strict=True)):
             with self.engine.compute():
-                loss, stats = self.algorithm.loss(self.policy, batch, terms)
+                loss, stats = algorithm.loss(self.policy, batch, terms)
             grad_norm = self.engine.micro_step(loss, boundary=i == len(batches) - 1)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / len(batches)

@@ -207,6 +207,12 @@ def _control_payload(m: RoundMetrics) -> dict[str, float]:
         if value is not None:
             payload[key] = value
     payload["collapse/alarm"] = float(bool(m.collapse_alarm))
+    if m.warm_start is not None:  # round 0 of a warm-started run
+        w = m.warm_start
+        payload["warm_start/accepted"] = float(w.update == "accepted")
+        payload.update({f"warm_start/{key}": value for key, value in (
+            ("steps", w.steps), ("loss", w.loss), ("pass_at_1", w.pass_at_1_after),
+            ("heldout_logp", w.heldout_logp_after), ("wall_s", w.wall_s)) if value is not None})
     return payload
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from spade_ray.records import to_dict
+from spade_ray.records import GateSignal, UpdateStatus, WarmStart, to_dict
 from spade_ray.tracking import MetricsSink, TraceStore, Versions, summary_table
 from spade_ray.tracking.metrics import (
     load_metric_rows,
@@ -187,6 +187,17 @@ def test_wandb_payload_carries_the_control_fields_a_round_has():
     assert quiet["collapse/alarm"] == 0.0
     assert not {"tasks/diversity", "tasks/difficulty_band_low", "collapse/rollback_version"} & set(
         quiet)
+
+
+def test_wandb_payload_carries_the_warm_start_in_round_0_only():
+    warm = WarmStart(demonstrations=8, generator_demonstrations=2, epochs=1, steps=2, loss=1.5,
+                     update=UpdateStatus.REJECTED, pass_at_1_before=0.5, pass_at_1_after=0.25,
+                     heldout_logp_before=-1.0, heldout_logp_after=-1.2,
+                     rejected_by=(GateSignal.PASS_AT_1,), wall_s=3.0)
+    payload = wandb_payload(dataclasses.replace(f.metrics(0), warm_start=warm))
+    assert (payload["warm_start/accepted"], payload["warm_start/steps"],
+            payload["warm_start/pass_at_1"]) == (0.0, 2, 0.25)
+    assert not any(key.startswith("warm_start/") for key in wandb_payload(f.metrics(1)))
 
 
 # Each series of the report's charts (plots.round_charts) and the W&B key that mirrors it.
