@@ -6,6 +6,8 @@ cuts them into micro-batches (less padding), computes each micro-batch's referen
 with the frozen reference, then `prepare`s the terms the policy itself must give before it moves
 (PPO's old log-probs, values and advantages, ppo.py; DPO and GRPO have none), then takes
 `epochs` optimizer steps on the batch, each the loss of every micro-batch against those terms.
+`SFT` (the warm start's imitation of Demonstrations, Learner.sft) uses the same seam with no
+reference terms.
 """
 
 from __future__ import annotations
