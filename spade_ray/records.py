@@ -379,6 +379,9 @@ class LearnOutcome:
     # the policy's mean token log-prob on held-out reference solutions after the update
     gate_heldout_logp: float | None = None
     rejected_by: tuple[GateSignal, ...] = ()  # the gate signals that rejected the update
+    # the algorithm's other figures, means over the update's steps (DPO's accuracy and margin,
+    # PPO's value loss, KL and clip fraction, ...): (name, value), sorted
+    learner_stats: tuple[tuple[str, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -412,6 +415,7 @@ class RoundMetrics:
     gate_pass_at_1: float | None = None
     gate_heldout_logp: float | None = None
     rejected_by: tuple[GateSignal, ...] = ()
+    learner_stats: tuple[tuple[str, float], ...] = ()  # LearnOutcome.learner_stats
     new_task_candidates: int = 0  # what new_task_pass_rate is a fraction of
     sandbox_reruns: int = 0  # candidates whose execution was re-run after a sandbox_error
     sandbox_errors: int = 0  # candidates still sandbox_error after the re-run (not in pairs)

@@ -20,6 +20,7 @@ into vLLM engines replaces the object-store copy (see rollout/vllm_backend.py).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,6 +56,7 @@ class Published:
     loss: float | None
     previous: ray.ObjectRef  # the weights served before it (for a rollback)
     heldout_logp: ray.ObjectRef | None  # measured on the learner while the engines validate
+    stats: tuple[tuple[str, float], ...] = ()  # the algorithm's other figures (learner_stats)
 
 
 @dataclasses.dataclass
@@ -114,7 +116,8 @@ class Trainer:
         previous, self.served = self.served, self.learner.policy_state_dict()
         self.version += 1
         self._publish(self.served, self.version)
-        return Published(stats.get("loss"), previous, self._heldout_pending())
+        return Published(stats.get("loss"), previous, self._heldout_pending(),
+                         algorithm_stats(stats))
 
     def warm_start(self, demonstrations: Sequence[Demonstration], epochs: int, lr_scale: float,
                    gate: Gate, seed: int) -> tuple[Published, dict[str, float]]:
@@ -128,7 +131,8 @@ class Trainer:
         previous, self.served = self.served, self.learner.policy_state_dict()
         self.version += 1
         self._publish(self.served, self.version)
-        return Published(stats.get("loss"), previous, self._heldout_pending(gate)), stats
+        return Published(stats.get("loss"), previous, self._heldout_pending(gate),
+                         algorithm_stats(stats)), stats
 
     def gate(self, published: Published | None, validation: ValidationResult | None,
              config: Gate | None = None) -> LearnOutcome:
@@ -145,7 +149,8 @@ class Trainer:
         else:
             self._accept(measured, logp)
         return LearnOutcome(UpdateStatus.REJECTED if rejected_by else UpdateStatus.ACCEPTED,
-                            self.learner.step(), published.loss, measured, logp, rejected_by)
+                            self.learner.step(), published.loss, measured, logp, rejected_by,
+                            published.stats)
 
     def roll_back(self, checkpoint: str, version: int, served_pass_at_1: float | None
                   ) -> int | None:
@@ -201,3 +206,13 @@ class Trainer:
     def _publish(self, weights: ray.ObjectRef, version: int) -> None:
         for engines in self.engines:
             engines.update_weights(weights, version)
+
+
+# The learner's bookkeeping (step counts, sizes, time) and the loss, which has a field of its own.
+BOOKKEEPING = frozenset({"loss", "step", "steps", "items", "buffered", "wall_s"})
+
+
+def algorithm_stats(stats: dict[str, float]) -> tuple[tuple[str, float], ...]:
+    """The learner's figures of the algorithm itself, as LearnOutcome.learner_stats."""
+    return tuple(sorted((k, float(v)) for k, v in stats.items()
+                        if k not in BOOKKEEPING and math.isfinite(v)))

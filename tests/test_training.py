@@ -97,6 +97,8 @@ def test_an_update_that_holds_pass_at_1_is_accepted(placed, tmp_path):
     trainer = start(placed, tmp_path)
     outcome = trainer.gate(trainer.update(pairs(2)), validation(0.5))
     assert outcome.update == UpdateStatus.ACCEPTED and outcome.learner_step == 1
+    stats = dict(outcome.learner_stats)  # DPO's own figures, not the bookkeeping
+    assert {"rewards_accuracy", "lr"} <= set(stats) and not {"loss", "step", "wall_s"} & set(stats)
 
 
 def test_a_published_update_is_served_under_the_next_version(placed, tmp_path):

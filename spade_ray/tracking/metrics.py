@@ -182,6 +182,7 @@ def wandb_payload(m: RoundMetrics) -> dict[str, float]:
         payload["learner/rejected"] = float(m.update == "rejected")
         payload["learner/buffering"] = float(m.update == "buffering")
         payload.update({f"learner/rejected_by/{signal}": 1.0 for signal in m.rejected_by})
+        payload.update({f"learner/{name}": value for name, value in m.learner_stats})
         for key, value in (("learner/loss", m.learner_loss),
                            ("learner/gate_pass_at_1", m.gate_pass_at_1),
                            ("learner/gate_heldout_logp", m.gate_heldout_logp)):

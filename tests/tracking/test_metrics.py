@@ -150,8 +150,10 @@ def test_wandb_payload_carries_the_learner_and_its_gate_only_when_a_learner_ran(
     assert not [k for k in wandb_payload(f.metrics(0)) if k.startswith("learner/")]
     rejected = dataclasses.replace(f.metrics(1), update="rejected", learner_step=3,
                                    learner_loss=0.61, gate_pass_at_1=0.1,
-                                   gate_heldout_logp=-1.25, rejected_by=("heldout_logp",))
+                                   gate_heldout_logp=-1.25, rejected_by=("heldout_logp",),
+                                   learner_stats=(("clip_fraction", 0.125), ("kl", 0.01)))
     payload = wandb_payload(rejected)
+    assert (payload["learner/clip_fraction"], payload["learner/kl"]) == (0.125, 0.01)
     assert payload["learner/step"] == 3 and payload["learner/loss"] == 0.61
     assert payload["learner/rejected"] == 1.0 and payload["learner/accepted"] == 0.0
     assert payload["learner/gate_pass_at_1"] == 0.1
