@@ -1,5 +1,6 @@
 """The self-play loop: `run_rounds()` resumes after the last completed round; `run_round()` is one.
 
+    a new run with learner.sft_warmup: fine-tune on the seed pool's demonstrations, gated
     for each round:
         tasks = generate(generator, previous tasks); admit the ones execution makes tasks of
         solutions = solve(solver, tasks, K); results = execute(sandbox, solutions)
