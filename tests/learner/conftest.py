@@ -2,10 +2,16 @@
 start with it), PPO's toy-reward groups, and the fast settings of small learners on the tiny
 model."""
 
-import pytest
-import torch
+import contextlib
+from pathlib import Path
 
-from spade_ray.records import CompletionGroup, PreferencePair
+import pytest
+import ray
+import torch
+from ray.util.placement_group import placement_group
+
+from spade_ray.learner.actor import LearnerGroup
+from spade_ray.records import CompletionGroup, LearnerParams, PreferencePair
 
 
 @pytest.fixture(autouse=True)
@@ -43,3 +49,18 @@ FAST = dict(lr=1e-2, bf16=False, min_pairs_per_update=4, micro_batch_size=2, gra
 TOY_PROMPT = "Pick a letter: "
 TOY_GROUPS = [CompletionGroup(TOY_PROMPT, ("aQb", "acb", "adb"), (1.0, 0.0, 0.0), f"t{i}")
               for i in range(4)]
+
+
+ZERO2 = str(Path(__file__).resolve().parents[2] / "conf" / "deepspeed" / "zero2.json")
+
+
+@contextlib.contextmanager
+def two_ranks(model_path: str, params: dict):
+    """Two DeepSpeed learner ranks (gloo) on a local 2-CPU Ray cluster, a bundle each."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        bundles = placement_group([{"CPU": 1}] * 2)
+        ray.get(bundles.ready())
+        yield LearnerGroup.start(bundles, [0, 1], 1, 0, model_path, LearnerParams(**params))
+    finally:
+        ray.shutdown()

@@ -1,24 +1,23 @@
 """The DeepSpeed engine (ZeRO-2, gloo, one CPU process) against the plain torch engine, DPO and
 PPO."""
 
-from pathlib import Path
 
 import pytest
 import torch
 
 from spade_ray.learner import Learner, LearnerParams
-from tests.learner.conftest import FAST
+from tests.learner.conftest import FAST, ZERO2
 from tests.learner.conftest import TOY_GROUPS as GROUPS
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")
 
-CONFIG = str(Path(__file__).resolve().parents[2] / "conf" / "deepspeed" / "zero2.json")
+
 STEPS = 3
 
 
 def run(tiny_model, pairs, steps, **overrides):
     learner = Learner(tiny_model,
-                      LearnerParams(**{**FAST, "deepspeed_config": CONFIG, **overrides}))
+                      LearnerParams(**{**FAST, "deepspeed_config": ZERO2, **overrides}))
     return learner, [learner.dpo_update(pairs) for _ in range(steps)]
 
 
@@ -48,7 +47,7 @@ def test_deepspeed_resume_gives_the_same_next_step_loss(tiny_model, pairs, tmp_p
                                                         deepspeed_history):
     first, _ = run(tiny_model, pairs, STEPS - 1, warmup_steps=2)
     first.save_checkpoint(tmp_path / "ckpt")
-    resumed = Learner(tiny_model, LearnerParams(**{**FAST, "deepspeed_config": CONFIG,
+    resumed = Learner(tiny_model, LearnerParams(**{**FAST, "deepspeed_config": ZERO2,
                                                    "warmup_steps": 2}))
     resumed.load_checkpoint(tmp_path / "ckpt")
     after = resumed.dpo_update(pairs)
@@ -70,7 +69,7 @@ def ppo_run(tiny_model, updates, **overrides):
 
 @pytest.fixture(scope="module")
 def deepspeed_ppo_history(tiny_model):
-    return ppo_run(tiny_model, 2, deepspeed_config=CONFIG)[1]
+    return ppo_run(tiny_model, 2, deepspeed_config=ZERO2)[1]
 
 
 def test_deepspeed_and_torch_engines_do_the_same_ppo_arithmetic(tiny_model,
@@ -84,11 +83,11 @@ def test_deepspeed_and_torch_engines_do_the_same_ppo_arithmetic(tiny_model,
 
 def test_deepspeed_ppo_resume_gives_the_same_next_update(tiny_model, tmp_path,
                                                          deepspeed_ppo_history):
-    first, _ = ppo_run(tiny_model, 1, deepspeed_config=CONFIG)
+    first, _ = ppo_run(tiny_model, 1, deepspeed_config=ZERO2)
     first.save_checkpoint(tmp_path / "ckpt")
     resumed = Learner(tiny_model, LearnerParams(**{**FAST, "algorithm": "ppo",
                                                    "warmup_steps": 2,
-                                                   "deepspeed_config": CONFIG}))
+                                                   "deepspeed_config": ZERO2}))
     resumed.load_checkpoint(tmp_path / "ckpt")
     after = resumed.ppo_update(GROUPS)
     expected = deepspeed_ppo_history[-1]

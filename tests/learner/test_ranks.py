@@ -1,35 +1,24 @@
 """Data-parallel learner ranks: a LearnerGroup of two DeepSpeed ranks (gloo, a local Ray cluster)
 against one plain torch rank with the same global batch."""
 
-from pathlib import Path
-
 import pytest
 import ray
-from ray.util.placement_group import placement_group
 
 from spade_ray.learner import Learner, LearnerParams
-from spade_ray.learner.actor import LearnerGroup
-from tests.learner.conftest import FAST
+from tests.learner.conftest import FAST, ZERO2, two_ranks
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")
 pytestmark = pytest.mark.slow  # two DeepSpeed ranks on Ray: ~45 s for the module
 
-CONFIG = str(Path(__file__).resolve().parents[2] / "conf" / "deepspeed" / "zero2.json")
 # Per rank one micro-batch of 2 pairs: 2 ranks step on 4 pairs, as FAST's 2 x 2 on one rank.
-PER_RANK = {**FAST, "grad_accum": 1, "deepspeed_config": CONFIG}
+PER_RANK = {**FAST, "grad_accum": 1, "deepspeed_config": ZERO2}
 
 
 @pytest.fixture(scope="module")
 def started(tiny_model, tmp_path_factory):
     """Two ranks and their checkpoint at step 0 (every test starts from it)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        bundles = placement_group([{"CPU": 1}] * 2)
-        ray.get(bundles.ready())
-        group = LearnerGroup.start(bundles, [0, 1], 1, 0, tiny_model, LearnerParams(**PER_RANK))
+    with two_ranks(tiny_model, PER_RANK) as group:
         yield group, group.save_checkpoint(str(tmp_path_factory.mktemp("base") / "step_0"))
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture
@@ -96,5 +85,5 @@ def test_a_two_rank_checkpoint_resumes_exactly(group, pairs, tmp_path):
 def test_one_rank_refuses_a_two_rank_checkpoint(group, tiny_model, tmp_path):
     group.save_checkpoint(str(tmp_path / "ckpt"))
     with pytest.raises(ValueError, match="written by 2 learner ranks, this learner has 1"):
-        Learner(tiny_model, LearnerParams(**{**FAST, "deepspeed_config": CONFIG})
+        Learner(tiny_model, LearnerParams(**{**FAST, "deepspeed_config": ZERO2})
                 ).load_checkpoint(tmp_path / "ckpt")

@@ -2,23 +2,18 @@
 rank with the same global batch: the advantages are whitened over both ranks' tokens, so the two
 ranks must train as the one does."""
 
-from pathlib import Path
-
 import pytest
 import ray
-from ray.util.placement_group import placement_group
 
 from spade_ray.learner import CompletionGroup, Learner, LearnerParams
-from spade_ray.learner.actor import LearnerGroup
-from tests.learner.conftest import FAST, TOY_PROMPT
+from tests.learner.conftest import FAST, TOY_PROMPT, ZERO2, two_ranks
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")
 pytestmark = pytest.mark.slow  # two DeepSpeed ranks on Ray
 
-CONFIG = str(Path(__file__).resolve().parents[2] / "conf" / "deepspeed" / "zero2.json")
 ONE_RANK = {**FAST, "algorithm": "ppo"}
 # Per rank one micro-batch of 2 groups: 2 ranks step on 4 groups, as FAST's 2 x 2 on one rank.
-PER_RANK = {**ONE_RANK, "grad_accum": 1, "deepspeed_config": CONFIG}
+PER_RANK = {**ONE_RANK, "grad_accum": 1, "deepspeed_config": ZERO2}
 # Rank 0 trains on the even groups, rank 1 on the odd ones: different rewards, so whitening over
 # one rank's tokens alone would give other advantages than over both.
 GROUPS = [CompletionGroup(TOY_PROMPT, ("aQb", "acb", "adb"),
@@ -29,18 +24,12 @@ GROUPS = [CompletionGroup(TOY_PROMPT, ("aQb", "acb", "adb"),
 @pytest.fixture(scope="module")
 def trained(tiny_model, tmp_path_factory):
     """Two ranks and one torch rank, 3 updates each; the ranks' checkpoint after the first."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        bundles = placement_group([{"CPU": 1}] * 2)
-        ray.get(bundles.ready())
-        group = LearnerGroup.start(bundles, [0, 1], 1, 0, tiny_model, LearnerParams(**PER_RANK))
+    with two_ranks(tiny_model, PER_RANK) as group:
         single = Learner(tiny_model, LearnerParams(**ONE_RANK))
         history = [(group.update(GROUPS), single.ppo_update(GROUPS))]
         checkpoint = group.save_checkpoint(str(tmp_path_factory.mktemp("ranks") / "step_1"))
         history += [(group.update(GROUPS), single.ppo_update(GROUPS)) for _ in range(2)]
         yield group, single, history, checkpoint
-    finally:
-        ray.shutdown()
 
 
 @pytest.mark.parametrize("key", ["loss", "policy_loss", "value_loss", "kl", "grad_norm"])
