@@ -11,7 +11,6 @@ from tests.learner.conftest import TOY_GROUPS as GROUPS
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed")
 
-
 STEPS = 3
 
 
