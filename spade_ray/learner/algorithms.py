@@ -97,6 +97,20 @@ def micro_batches(encoded: Sequence[EncodedItem], size: int, pad_token_id: int
     return batches
 
 
+def per_token_reference(self: Algorithm, model: Model, batch: MicroBatch) -> Tensor:
+    """`reference` of the per-token objectives (GRPO, PPO): the frozen model's log-prob of every
+    completion token, [B, T]."""
+    logps, _ = token_logps(model, batch.tokens)
+    return logps.detach()
+
+
+def references_only(self: Algorithm, policy: CausalLM, batches: Sequence[MicroBatch],
+                    references: Sequence[Tensor],
+                    mean_over_ranks: Callable[[list[float]], list[float]]) -> Sequence[Tensor]:
+    """`prepare` of an algorithm whose only frozen terms are the reference's."""
+    return references
+
+
 @dataclasses.dataclass(frozen=True)
 class DPO:
     """DPO on PreferencePairs: summed completion log-probs (length-averaged for IPO, as TRL)."""
@@ -133,10 +147,7 @@ class DPO:
     def reference(self, model: Model, batch: MicroBatch) -> Tensor:
         return self._logps(model, batch)[0].detach()
 
-    def prepare(self, policy: CausalLM, batches: Sequence[MicroBatch],
-                references: Sequence[Tensor],
-                mean_over_ranks: Callable[[list[float]], list[float]]) -> Sequence[Tensor]:
-        return references  # DPO's only frozen terms are the reference's
+    prepare = references_only  # DPO's only frozen terms are the reference's
 
     def loss(self, model: Model, batch: MicroBatch, reference: Tensor
              ) -> tuple[Tensor, dict[str, float]]:
@@ -170,14 +181,8 @@ class GRPO:
         advantages = group_advantages(torch.tensor([item.rewards], dtype=torch.float64))[0]
         return EncodedItem(rows, tuple(float(a) for a in advantages))
 
-    def reference(self, model: Model, batch: MicroBatch) -> Tensor:
-        logps, _ = token_logps(model, batch.tokens)
-        return logps.detach()
-
-    def prepare(self, policy: CausalLM, batches: Sequence[MicroBatch],
-                references: Sequence[Tensor],
-                mean_over_ranks: Callable[[list[float]], list[float]]) -> Sequence[Tensor]:
-        return references  # one step per batch: the old log-probs are the policy's own
+    reference = per_token_reference
+    prepare = references_only  # one step per batch: the old log-probs are the policy's own
 
     def loss(self, model: Model, batch: MicroBatch, reference: Tensor
              ) -> tuple[Tensor, dict[str, float]]:
@@ -204,10 +209,7 @@ class SFT:
     def reference(self, model: Model, batch: MicroBatch) -> Tensor:
         return torch.zeros(0)  # nothing: the reference model is not consulted
 
-    def prepare(self, policy: CausalLM, batches: Sequence[MicroBatch],
-                references: Sequence[Tensor],
-                mean_over_ranks: Callable[[list[float]], list[float]]) -> Sequence[Tensor]:
-        return references
+    prepare = references_only
 
     def loss(self, model: Model, batch: MicroBatch, reference: Tensor
              ) -> tuple[Tensor, dict[str, float]]:

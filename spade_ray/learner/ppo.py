@@ -27,9 +27,9 @@ from typing import Any
 
 from torch import Tensor
 
-from spade_ray.learner.algorithms import EncodedItem, MicroBatch, Model
+from spade_ray.learner.algorithms import EncodedItem, MicroBatch, Model, per_token_reference
 from spade_ray.learner.critic import policy_and_values
-from spade_ray.learner.logprobs import CausalLM, encode, token_logps
+from spade_ray.learner.logprobs import CausalLM, encode
 from spade_ray.learner.losses import (
     gae,
     k3_kl,
@@ -74,9 +74,7 @@ class PPO:
                      for c in item.completions)
         return EncodedItem(rows, tuple(float(r) for r in item.rewards))
 
-    def reference(self, model: Model, batch: MicroBatch) -> Tensor:
-        logps, _ = token_logps(model, batch.tokens)
-        return logps.detach()
+    reference = per_token_reference
 
     def prepare(self, policy: CausalLM, batches: Sequence[MicroBatch],
                 references: Sequence[Tensor],
