@@ -263,14 +263,15 @@ def warm_start(run: Run, trainer: Trainer, config: SftWarmup, state: RoundState)
     gate = Gate(config.gate_tolerance, config.gate_logp_tolerance)
     published, stats = trainer.warm_start(demonstrations, config.epochs, config.lr_scale, gate,
                                           run.loop.seed)
-    before = (state.served_pass_at_1, trainer.heldout_logp)  # the base weights' (measured first)
+    logp_before = trainer.heldout_logp  # the base weights' (warm_start measures it first)
     outcome = trainer.gate(published, run.validate(), gate)
     record = WarmStart(
         demonstrations=len(demonstrations),
         generator_demonstrations=sum(d.role is Role.GENERATOR for d in demonstrations),
         epochs=config.epochs, steps=int(stats["steps"]), loss=stats.get("loss"),
-        update=outcome.update, pass_at_1_before=before[0], pass_at_1_after=outcome.gate_pass_at_1,
-        heldout_logp_before=before[1], heldout_logp_after=outcome.gate_heldout_logp,
+        update=outcome.update, pass_at_1_before=state.served_pass_at_1,
+        pass_at_1_after=outcome.gate_pass_at_1, heldout_logp_before=logp_before,
+        heldout_logp_after=outcome.gate_heldout_logp,
         rejected_by=outcome.rejected_by, wall_s=time.monotonic() - started)
     print(warm_start_line(record), flush=True)
     return dataclasses.replace(trainer.carry(state), warm_start=record)
