@@ -69,6 +69,10 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
         raise ValueError("a learner trains one policy, which serves both roles: give "
                          "model.roles.generator and model.roles.solver the same model (a learner "
                          "per role is not built yet)")
+    if loop_cfg.overlap and not params:
+        raise ValueError("loop.overlap=true needs a learner: it runs the update alongside the "
+                         "next round's generation, and learner=none has no update (pick "
+                         "learner=dpo, grpo or ppo, or drop loop.overlap)")
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = str(cfg.run_name) if sweep_point is None else f"{cfg.run_name}-{sweep_point}"
     datasets.disable_progress_bars()  # one line per round on the console, no bars in between
@@ -104,8 +108,9 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
                     templates["codegen"].chat, solver_sampling, loop_cfg.few_shot, seeds),
                 executor=executor, limits=limits, loop=loop_cfg, validation=validation,
                 validation_problems=problems, seeds=seeds,
-                trainer=start_trainer(cluster, model, learner, params, problems, run_dir)
-                if params else None, control=control_config(loop_cfg),
+                trainer=start_trainer(cluster, model, learner, params, problems, run_dir,
+                                      loop_cfg.max_staleness) if params else None,
+                control=control_config(loop_cfg),
                 warm_start=sft_warmup(learner) if params else None)
             metrics = loop.run_rounds(the_run)
     finally:
@@ -149,14 +154,14 @@ def open_executor(sandbox: SandboxConfig, limits: Limits) -> Executor:
 
 def start_trainer(cluster: Cluster, model: ModelConfig, learner: LearnerConfig,
                   params: LearnerParams, problems: tuple[humaneval.HumanEvalProblem, ...],
-                  run_dir: Path) -> Trainer:
+                  run_dir: Path, max_staleness: int | None) -> Trainer:
     """The learner's ranks on their bundles, wrapped for gating; the log-prob gate's held-out
     texts are the validation problems' reference solutions."""
     group = cluster.start_learner(resolve_model(model.roles["solver"].model), params)
     return Trainer.start(params.algorithm, Gate(learner.gate_tolerance,
                                                 learner.gate_logp_tolerance),
                          group, cluster.engines, run_dir,
-                         [(p.prompt, p.canonical_solution) for p in problems])
+                         [(p.prompt, p.canonical_solution) for p in problems], max_staleness)
 
 
 def evaluate_model(model: str, problems: int, samples: int, max_tokens: int

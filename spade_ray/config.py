@@ -102,6 +102,10 @@ class LoopConfig:
     seed: int = 0
     caps: CapsConfig = dataclasses.field(default_factory=CapsConfig)
     archive_size: int = 200
+    # Round r+1 generates while the learner trains on round r's items (training.py); the
+    # learner drops items written by weights more than max_staleness versions old (null: never)
+    overlap: bool = False
+    max_staleness: int | None = 1
 
 
 @dataclasses.dataclass
@@ -221,6 +225,12 @@ def validate_loop(cfg: DictConfig | dict) -> LoopConfig:
         raise ValueError(f"loop.generator_reward={loop.generator_reward!r}: use one of "
                          f"{[str(r) for r in GeneratorReward]}")
     loop.generator_reward = GeneratorReward(loop.generator_reward)
+    if loop.max_staleness is not None and loop.max_staleness < (1 if loop.overlap else 0):
+        raise ValueError(f"loop.max_staleness={loop.max_staleness}: an overlapped update trains "
+                         "on items one version old, so with loop.overlap it must be >= 1"
+                         if loop.overlap else
+                         f"loop.max_staleness={loop.max_staleness}: a version count, >= 0 "
+                         "(null: no bound)")
     admission_config(loop)  # AdmissionConfig checks the values
     control_config(loop)  # so does ControlConfig
     return loop

@@ -34,8 +34,10 @@ from spade_ray.evaluation.humaneval import HumanEvalProblem, ValidationResult
 from spade_ray.execution import Executor
 from spade_ray.recorder import Recorder, RoundRecord
 from spade_ray.records import (
+    CompletionGroup,
     LearnOutcome,
     Limits,
+    PreferencePair,
     Role,
     RoundMetrics,
     RoundState,
@@ -62,7 +64,7 @@ from spade_ray.tasks.control import (
 from spade_ray.tasks.demonstrations import seed_demonstrations
 from spade_ray.tasks.prompting import family_schedule, topic_schedule
 from spade_ray.tracking import Versions
-from spade_ray.training import Gate, Trainer
+from spade_ray.training import Gate, Trainer, Training
 
 
 def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, RoundState]:
@@ -70,6 +72,11 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     record = run.recorder.start_round(index, run.served_versions(), run.loop.tasks_per_round
                                       * run.generation.sampling.n)
     budget = Budget(run.loop.caps)
+    busy_before = run.engine_busy_s()
+    # loop.overlap: the update on the last round's items runs while this round generates
+    training = (run.trainer.start_update(pending_items(state))
+                if run.trainer is not None and run.loop.overlap and pending_items(state)
+                else None)
     known = [*run.seeds, *state.archive]
     started_from = run.trainer.carry(state) if run.trainer is not None else state
     injected = [t for t in run.seeds if t.task_id in state.inject]  # after a collapse alarm
@@ -88,17 +95,27 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
             record.generator_outputs, record.versions.solver,
             with_groups=run.on_groups))
     _attempt(record, "export", record.export_pairs)
-    outcome, pass_at_1_served, tiers = learn_and_validate(run, record)
+    items = round_items(run, record)
+    if run.trainer is not None and not run.loop.overlap:
+        training = run.trainer.start_update(items)
+    outcome, pass_at_1_served, tiers = learn_and_validate(run, record, training)
+    if outcome is not None and outcome.update is not UpdateStatus.BUFFERING:
+        outcome = dataclasses.replace(outcome,
+                                      trained_round=index - 1 if run.loop.overlap else index)
     control = run.control
     metrics = record.metrics(pass_at_1_served, len(run.validation_problems), outcome,
                              budget.meters, budget.elapsed_s(),
                              band=(control.band_low, control.band_high),
-                             level=state.control_level, tiers=tiers, injected=len(injected))
+                             level=state.control_level, tiers=tiers, injected=len(injected),
+                             engine_busy_s=run.engine_busy_s() - busy_before)
     metrics = dataclasses.replace(metrics, warm_start=state.warm_start)
     archive = stages.update_archive(state.archive, record.new_tasks, run.loop.archive_size)
+    pending = items if run.trainer is not None and run.loop.overlap else ()
     metrics, next_state = steer(run, metrics, dataclasses.replace(
-        state, archive=archive, replay_cursor=cursor, inject=(), warm_start=None), started_from,
-        {t.task_id for t in [*run.seeds, *archive]}, record.task_pass_rates)
+        state, archive=archive, replay_cursor=cursor, inject=(), warm_start=None,
+        pending_pairs=tuple(i for i in pending if isinstance(i, PreferencePair)),
+        pending_groups=tuple(i for i in pending if isinstance(i, CompletionGroup))),
+        started_from, {t.task_id for t in [*run.seeds, *archive]}, record.task_pass_rates)
     if run.trainer is not None:
         next_state = run.trainer.carry(next_state)
     return metrics, next_state
@@ -109,9 +126,10 @@ def steer(run: Run, metrics: RoundMetrics, state: RoundState, started_from: Roun
     """The co-evolution controller after a round (tasks/control.py): the next difficulty
     level, the pass rates the exemplars are chosen by, and the collapse check. On an alarm
     the weights that served the last round without evidence are served again (under a new
-    version; one policy serves both roles, so the solver goes back with the generator) and the
-    hardest seeds are replayed next round. `started_from`: the trainer's state when this
-    round began, the last good one if the round shows no evidence."""
+    version; one policy serves both roles, so the solver goes back with the generator), the
+    hardest seeds are replayed next round, and (loop.overlap) this round's items, not yet
+    trained on, are dropped. `started_from`: the trainer's state when this round began, the last
+    good one if the round shows no evidence."""
     config = run.control
     history = [*run.recorder.all_metrics(), metrics]
     signals = [round_signals(m) for m in history]
@@ -136,8 +154,10 @@ def steer(run: Run, metrics: RoundMetrics, state: RoundState, started_from: Roun
           + (f"serving the weights of version {rollback} again, " if rollback is not None
              else "no earlier weights to roll back to, ")
           + f"replaying the {len(hard)} hardest seed tasks next round", flush=True)
+    # with loop.overlap this round's items are still untrained: the collapsing policy wrote them
     return (dataclasses.replace(metrics, collapse_alarm=evidence, generator_rollback=rollback),
-            dataclasses.replace(state, inject=tuple(t.task_id for t in hard)))
+            dataclasses.replace(state, inject=tuple(t.task_id for t in hard), pending_pairs=(),
+                                pending_groups=()))
 
 
 def round_signals(m: RoundMetrics) -> RoundSignals:
@@ -208,18 +228,30 @@ def solve_execute_score(run: Run, record: RoundRecord, budget: Budget, tasks: Se
     return not tasks or _attempt(record, "solve", step)
 
 
-def learn_and_validate(run: Run, record: RoundRecord
+def pending_items(state: RoundState) -> list[PreferencePair | CompletionGroup]:
+    """What the last round left for this round's overlapped update (loop.overlap)."""
+    return [*state.pending_pairs, *state.pending_groups]
+
+
+def round_items(run: Run, record: RoundRecord) -> list[PreferencePair | CompletionGroup]:
+    """What the learner trains on from this round: its groups (GRPO, PPO) or its pairs (DPO;
+    with dynamic sampling only those of tasks solved sometimes, not always)."""
+    if run.on_groups:
+        return list(record.groups)
+    return list(learnable(record.pairs, record.task_pass_rates)
+                if run.control.dynamic_sampling else record.pairs)
+
+
+def learn_and_validate(run: Run, record: RoundRecord, training: Training | None
                        ) -> tuple[LearnOutcome | None, float | None, tuple[tuple[str, float], ...]]:
-    """The update (if any), the validation of what the engines then serve, the gate's verdict;
-    the outcome, the validation pass@1 of the weights served after it and its pass@1 per tier
-    (empty when the gate rolled the measured weights back)."""
+    """The update `training` finished and published (if any), the validation of what the
+    engines then serve, the gate's verdict; the outcome, the validation pass@1 of the weights
+    served after it and its pass@1 per tier (empty when the gate rolled the measured weights
+    back). The "learn" stage time is the wait: with loop.overlap, what generation did not hide."""
     published = None
     if run.trainer is not None:
         started = time.monotonic()
-        items = (record.groups if run.on_groups
-                 else learnable(record.pairs, record.task_pass_rates)
-                 if run.control.dynamic_sampling else record.pairs)
-        published = run.trainer.update(items)
+        published = run.trainer.finish_update(training) if training is not None else None
         record.timed("learn", time.monotonic() - started)
     started = time.monotonic()
     validation = run.validate()
@@ -319,6 +351,11 @@ class Run:
     def served_versions(self) -> Versions:
         return Versions(generator=self.generation.engines.weights_version,
                         solver=self.solving.engines.weights_version)
+
+    def engine_busy_s(self) -> float:
+        """Seconds the rollout engines have had a request in flight (each set of engines once)."""
+        engines = {id(e): e for e in (self.generation.engines, self.solving.engines)}
+        return sum(e.busy_s for e in engines.values())
 
     def validate(self) -> ValidationResult | None:
         return stages.validate(self.solving.engines, self.executor, self.validation_problems,

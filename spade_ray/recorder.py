@@ -201,7 +201,8 @@ class RoundRecord:
     def metrics(self, validation_pass_at_1: float | None, validation_problems: int,
                 outcome: LearnOutcome | None, meters: dict[str, TokenMeter], wall_s: float,
                 band: tuple[float, float] = (), level: int = 0,
-                tiers: tuple[tuple[str, float], ...] = (), injected: int = 0) -> RoundMetrics:
+                tiers: tuple[tuple[str, float], ...] = (), injected: int = 0,
+                engine_busy_s: float = 0.0) -> RoundMetrics:
         self.progress.close()  # the round's stages are done; its line follows
         rates = list(self.task_pass_rates.values())
         generated = [self.task_pass_rates[t.task_id] for t in self.new_tasks
@@ -236,7 +237,7 @@ class RoundRecord:
             sandbox_reruns=self.sandbox_reruns, sandbox_errors=self.sandbox_errors,
             hack_suspects=self.hack_suspects,
             stage_s=tuple((k, round(v, 3)) for k, v in sorted(self.stage_s.items())),
-            wall_s=round(wall_s, 3), **learned)
+            engine_busy_s=round(engine_busy_s, 3), wall_s=round(wall_s, 3), **learned)
 
 
 def round_line(m: RoundMetrics) -> str:
@@ -272,4 +273,7 @@ def _update_part(m: RoundMetrics) -> str:
             + ("" if m.learner_loss is None else f", loss {m.learner_loss:.4f}")
             + ("" if m.gate_heldout_logp is None
                else f", held-out logp {m.gate_heldout_logp:.4f}")
-            + (f", by {'+'.join(m.rejected_by)}" if m.rejected_by else "") + ")")
+            + (f", by {'+'.join(m.rejected_by)}" if m.rejected_by else "")
+            + (f", on round {m.trained_round}'s items" if m.trained_round not in (None, m.round)
+               else "")
+            + (f", {m.stale_items} stale dropped" if m.stale_items else "") + ")")

@@ -382,6 +382,9 @@ class LearnOutcome:
     # the algorithm's other figures, means over the update's steps (DPO's accuracy and margin,
     # PPO's value loss, KL and clip fraction, ...): (name, value), sorted
     learner_stats: tuple[tuple[str, float], ...] = ()
+    learner_busy_s: float = 0.0  # the learner's own time in the update (overlapped or not)
+    stale_items: int = 0  # items refused as older than loop.max_staleness versions
+    trained_round: int | None = None  # the round whose items it trained on (loop.overlap)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -416,6 +419,10 @@ class RoundMetrics:
     gate_heldout_logp: float | None = None
     rejected_by: tuple[GateSignal, ...] = ()
     learner_stats: tuple[tuple[str, float], ...] = ()  # LearnOutcome.learner_stats
+    learner_busy_s: float = 0.0
+    stale_items: int = 0
+    trained_round: int | None = None
+    engine_busy_s: float = 0.0  # time the rollout engines had a request in flight
     new_task_candidates: int = 0  # what new_task_pass_rate is a fraction of
     sandbox_reruns: int = 0  # candidates whose execution was re-run after a sandbox_error
     sandbox_errors: int = 0  # candidates still sandbox_error after the re-run (not in pairs)
@@ -456,6 +463,7 @@ class CompletionGroup:
     completions: tuple[str, ...]
     rewards: tuple[float, ...]
     task_id: str = ""
+    weights_version: int | None = None  # the weights that wrote the completions (None: unknown)
 
     def __post_init__(self) -> None:
         if len(self.completions) != len(self.rewards):
@@ -567,6 +575,10 @@ class RoundState:
     good_version: int = 0
     good_pass_at_1: float | None = None
     warm_start: WarmStart | None = None  # what the warm start did, until round 0 records it
+    # loop.overlap: the completed round's items, which the next round's update trains on while
+    # that round generates (a resumed run trains them again from `learner_checkpoint`)
+    pending_pairs: tuple[PreferencePair, ...] = ()
+    pending_groups: tuple[CompletionGroup, ...] = ()
 
 
 def to_dict(record: Any) -> dict[str, Any]:

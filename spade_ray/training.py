@@ -11,7 +11,14 @@ the policy's mean log-prob per token of the validation problems' reference solut
 never trained on). An update that lowers it by more than `heldout_logp_tolerance` nats is
 rejected too. It moves with every update, so it catches a harmful update also where pass@1 is 0
 and cannot fall (a weak model, a small subset). Accepted updates are checkpointed (learner state
-+ the version), which is what a resumed run restores (RoundState).
++ the version), which is what a resumed run restores (RoundState); so is a learner that only
+buffered new items (the same weights, a longer buffer), or a resumed run would never train them.
+
+With loop.overlap the update is started (`start_update`) when the next round begins and
+finished (`finish_update`: waited for, then published) once that round has generated: the
+engines keep serving the gated weights meanwhile, so every rollout comes from weights the gate
+kept. `max_staleness` bounds how old the trained-on data may be: the learner drops items whose
+weights version is more than that below the version it updates from (see the README).
 
 GPU clusters: the same flow; `RoleEngines.update_weights` is the seam where an NCCL broadcast
 into vLLM engines replaces the object-store copy (see rollout/vllm_backend.py).
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -57,6 +65,15 @@ class Published:
     previous: ray.ObjectRef  # the weights served before it (for a rollback)
     heldout_logp: ray.ObjectRef | None  # measured on the learner while the engines validate
     stats: tuple[tuple[str, float], ...] = ()  # the algorithm's other figures (learner_stats)
+    busy_s: float = 0.0  # the learner's own time in the update
+    stale: int = 0  # items the learner dropped as older than the staleness bound
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """An update the learner ranks are running (start_update), not yet published."""
+
+    refs: tuple[ray.ObjectRef, ...]
 
 
 @dataclasses.dataclass
@@ -74,17 +91,25 @@ class Trainer:
     heldout: tuple[tuple[str, str], ...] = ()  # (prompt, reference solution), never trained on
     heldout_logp: float | None = None  # the accepted policy's mean token log-prob on `heldout`
     served_pass_at_1: float | None = None  # validation pass@1 of the served weights
+    # items written by weights more than this many versions below the served ones are dropped
+    # by the learner (None: none are)
+    max_staleness: int | None = None
+    # the learner took items since its state was last saved (an update that only buffers them
+    # saves it, so that a resumed run still has them)
+    unsaved: bool = dataclasses.field(default=False, init=False, repr=False)
 
     @classmethod
     def start(cls, algorithm: TrainAlgorithm, gate: Gate, learner: LearnerGroup,
               engines: list[RoleEngines], run_dir: Path,
-              heldout: Sequence[tuple[str, str]] = ()) -> Trainer:
+              heldout: Sequence[tuple[str, str]] = (), max_staleness: int | None = None
+              ) -> Trainer:
         """`heldout`: the log-prob gate's texts (that gate is off without them)."""
         checkpoints = run_dir / "checkpoints"
         # Step 0 is the first accepted state: a rejected first update rolls back to it.
         base = learner.save_checkpoint(str(checkpoints / "step_000000"))
         trainer = cls(algorithm, gate, learner, engines, checkpoints,
-                      learner.policy_state_dict(), base, heldout=tuple(heldout))
+                      learner.policy_state_dict(), base, heldout=tuple(heldout),
+                      max_staleness=max_staleness)
         trainer.heldout_logp = trainer.measure_heldout()
         return trainer
 
@@ -93,7 +118,7 @@ class Trainer:
         self.served_pass_at_1 = state.served_pass_at_1
         if state.learner_checkpoint:
             self.accepted_checkpoint = state.learner_checkpoint
-            self.learner.load_checkpoint(self.accepted_checkpoint)
+            self._load(self.accepted_checkpoint)
             self.heldout_logp = self.measure_heldout()
             self.version = state.weights_version
             if self.version:
@@ -110,14 +135,28 @@ class Trainer:
                ) -> Published | None:
         """Feed the round's items; when the learner updated, publish its weights to the
         engines (the gate decides whether they stay)."""
-        stats = self.learner.update(items)
+        return self.finish_update(self.start_update(items))
+
+    def start_update(self, items: Sequence[PreferencePair] | Sequence[CompletionGroup]
+                     ) -> Training:
+        """Send the items to the learner ranks and return at once; the engines go on serving
+        what they serve until `finish_update`."""
+        min_version = None if self.max_staleness is None else self.version - self.max_staleness
+        self.unsaved = self.unsaved or bool(items)
+        return Training(tuple(self.learner.start_update(items, min_version)))
+
+    def finish_update(self, training: Training) -> Published | None:
+        """Wait for the update; when the learner trained, publish its weights to the engines
+        (the gate decides whether they stay)."""
+        stats = self.learner.wait(list(training.refs))[0]
         if stats is None:
             return None
         previous, self.served = self.served, self.learner.policy_state_dict()
         self.version += 1
         self._publish(self.served, self.version)
         return Published(stats.get("loss"), previous, self._heldout_pending(),
-                         algorithm_stats(stats))
+                         algorithm_stats(stats), stats.get("wall_s", 0.0),
+                         int(stats.get("stale", 0)))
 
     def warm_start(self, demonstrations: Sequence[Demonstration], epochs: int, lr_scale: float,
                    gate: Gate, seed: int) -> tuple[Published, dict[str, float]]:
@@ -141,7 +180,10 @@ class Trainer:
         measured = validation.pass_at_k[1] if validation is not None else None
         if published is None:  # the served weights did not change: a fresh baseline
             self.served_pass_at_1 = measured
-            return LearnOutcome(UpdateStatus.BUFFERING, self.learner.step())
+            step = self.learner.step()
+            if self.unsaved:  # the same weights, more items buffered: a resume must have them
+                self._save(f"step_{step:06d}_buffered_{uuid.uuid4().hex[:8]}")
+            return LearnOutcome(UpdateStatus.BUFFERING, step)
         logp = None if published.heldout_logp is None else ray.get(published.heldout_logp)
         rejected_by = self._fallen(measured, logp, config or self.gate_config)
         if rejected_by:
@@ -150,7 +192,7 @@ class Trainer:
             self._accept(measured, logp)
         return LearnOutcome(UpdateStatus.REJECTED if rejected_by else UpdateStatus.ACCEPTED,
                             self.learner.step(), published.loss, measured, logp, rejected_by,
-                            published.stats)
+                            published.stats, published.busy_s, published.stale)
 
     def roll_back(self, checkpoint: str, version: int, served_pass_at_1: float | None
                   ) -> int | None:
@@ -159,7 +201,7 @@ class Trainer:
         to, or None when they are what is served now."""
         if checkpoint == self.accepted_checkpoint:
             return None
-        self.learner.load_checkpoint(checkpoint)
+        self._load(checkpoint)
         self.accepted_checkpoint = checkpoint
         self.served = self.learner.policy_state_dict()
         self.version += 1
@@ -193,15 +235,22 @@ class Trainer:
 
     def _accept(self, pass_at_1: float | None, heldout_logp: float | None) -> None:
         self.served_pass_at_1, self.heldout_logp = pass_at_1, heldout_logp
-        step = self.learner.step()
-        self.accepted_checkpoint = self.learner.save_checkpoint(
-            str(self.checkpoints / f"step_{step:06d}"))
+        self._save(f"step_{self.learner.step():06d}")
+
+    def _save(self, name: str) -> None:
+        """Checkpoint the learner as the accepted state."""
+        self.accepted_checkpoint = self.learner.save_checkpoint(str(self.checkpoints / name))
+        self.unsaved = False
 
     def _reject(self, previous: ray.ObjectRef) -> None:
-        self.learner.load_checkpoint(self.accepted_checkpoint)
+        self._load(self.accepted_checkpoint)
         self.served = previous
         self.version += 1  # the old weights under a new version: versions only increase
         self._publish(previous, self.version)
+
+    def _load(self, checkpoint: str) -> None:
+        self.learner.load_checkpoint(checkpoint)
+        self.unsaved = False
 
     def _publish(self, weights: ray.ObjectRef, version: int) -> None:
         for engines in self.engines:
@@ -209,7 +258,7 @@ class Trainer:
 
 
 # The learner's bookkeeping (step counts, sizes, time) and the loss, which has a field of its own.
-BOOKKEEPING = frozenset({"loss", "step", "steps", "items", "buffered", "wall_s"})
+BOOKKEEPING = frozenset({"loss", "step", "steps", "items", "buffered", "wall_s", "stale"})
 
 
 def algorithm_stats(stats: dict[str, float]) -> tuple[tuple[str, float], ...]:

@@ -102,3 +102,11 @@ def test_report_writes_the_page_of_a_run(tmp_path):
 def test_report_of_a_missing_run_is_a_named_error(tmp_path):
     out = cli("report", tmp_path / "nope")
     assert out.returncode == 2 and "nope" in out.stderr
+
+
+def test_run_with_overlap_but_no_learner_is_a_named_error(tmp_path):
+    out = cli("run", "experiment=cpu_tiny", "learner=none", "loop.overlap=true",
+              f"run_root={tmp_path}", "wandb.mode=disabled")
+    assert out.returncode != 0
+    assert "loop.overlap=true needs a learner" in out.stdout + out.stderr
+    assert not (tmp_path / "cpu_tiny" / "trace.sqlite").exists()  # refused before anything ran

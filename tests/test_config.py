@@ -157,6 +157,8 @@ def test_reading_the_config_schema_loads_neither_ray_nor_torch():
     ({"admission": {"min_mutation_score": 2}}, "min_mutation_score"),
     ({"control": {"band": [0.3, 0.7]}}, "loop.control: unknown keys \\['band'\\]"),
     ({"control": {"band_low": 0.8}}, "band_low < band_high"),
+    ({"overlap": True, "max_staleness": 0}, "with loop.overlap it must be >= 1"),
+    ({"max_staleness": -1}, "loop.max_staleness=-1: a version count"),
 ])
 def test_a_bad_self_play_setting_is_named(loop, message):
     with pytest.raises(ValueError, match=message):

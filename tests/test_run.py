@@ -76,8 +76,10 @@ def test_malformed_generator_output_is_counted_not_fatal(tiny_run):
     assert all(reward == -1.0 for _, _, reward in rows)  # none is a task: the worst reward
 
 
-def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):
-    cmd = run_cmd(tmp_path, "loop.rounds=3")
+@pytest.mark.parametrize("overrides", [[], ["learner=dpo", "loop.overlap=true"]],
+                         ids=["collect-only", "dpo-overlap"])
+def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path, overrides):
+    cmd = run_cmd(tmp_path, "loop.rounds=3", *overrides)
     run_dir = tmp_path / "cpu_tiny"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

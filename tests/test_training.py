@@ -3,6 +3,8 @@ roll back, resume. The validation pass@1 is injected so the pass@1 gate's two pa
 the held-out log-prob gate is measured for real. Every test starts from the base weights on a
 fresh Trainer (the Ray cluster and the learner actor are shared: they are slow to start)."""
 
+import dataclasses
+
 import pytest
 import ray
 
@@ -93,6 +95,17 @@ def test_too_few_pairs_only_buffer(placed, tmp_path):
     assert (outcome.update, trainer.version) == (UpdateStatus.BUFFERING, before)
 
 
+def test_items_that_only_buffer_are_checkpointed_for_a_resumed_run(placed, tmp_path):
+    trainer = start(placed, tmp_path)
+    _, group, base, _ = placed
+    outcome = trainer.gate(trainer.update(pairs(1)), validation(0.5))
+    assert outcome.update == UpdateStatus.BUFFERING and trainer.accepted_checkpoint != base
+    group.load_checkpoint(base)  # as a resumed run's learner starts
+    assert ray.get(group.actors[0].buffered.remote()) == 0
+    group.load_checkpoint(trainer.carry(RoundState()).learner_checkpoint)
+    assert ray.get(group.actors[0].buffered.remote()) == 1
+
+
 def test_an_update_that_holds_pass_at_1_is_accepted(placed, tmp_path):
     trainer = start(placed, tmp_path)
     outcome = trainer.gate(trainer.update(pairs(2)), validation(0.5))
@@ -125,6 +138,29 @@ def test_a_rollback_serves_the_old_weights_under_a_newer_version(placed, tmp_pat
     before = trainer.version
     trainer.gate(trainer.update(pairs(2)), validation(0.1))
     assert served_text(placed[0]).weights_version == trainer.version == before + 2
+
+
+def test_a_started_update_is_served_only_once_it_is_finished(placed, tmp_path):
+    trainer = start(placed, tmp_path)
+    before = served_text(placed[0])
+    training = trainer.start_update(pairs(2))
+    during = served_text(placed[0])  # the engines answer while the learner trains
+    published = trainer.finish_update(training)
+    after = served_text(placed[0])
+    assert (during.text, during.weights_version) == (before.text, before.weights_version)
+    assert after.weights_version == before.weights_version + 1 and after.text != before.text
+    assert published.busy_s > 0
+
+
+def test_items_older_than_the_staleness_bound_are_dropped_and_counted(placed, tmp_path):
+    trainer = start(placed, tmp_path)
+    trainer.max_staleness = 1
+    written = [dataclasses.replace(p, solver_version=v) for p, v in
+               zip(pairs(4), (trainer.version - 2, trainer.version - 2, trainer.version - 1,
+                              trainer.version))]
+    assert trainer.update(written[:2]) is None  # two versions old: nothing to train on
+    outcome = trainer.gate(trainer.update(written[2:]), validation(0.5))
+    assert (outcome.update, outcome.stale_items) == (UpdateStatus.ACCEPTED, 2)
 
 
 def test_resume_restores_the_last_accepted_state(placed, tmp_path, tiny_model):

@@ -41,9 +41,9 @@ class LearnerActor:
         # CPUs (1 when num_cpus is unset or < 1; ray/_private/utils.py): give it num_cpus.
         self.learner = Learner(model_path, params)
 
-    def update(self, items: Sequence[PreferencePair] | Sequence[CompletionGroup]
-               ) -> dict[str, float] | None:
-        return self.learner.update(items)
+    def update(self, items: Sequence[PreferencePair] | Sequence[CompletionGroup],
+               min_version: int | None = None) -> dict[str, float] | None:
+        return self.learner.update(items, min_version)
 
     def sft(self, demonstrations: Sequence[Demonstration], epochs: int, lr_scale: float,
             seed: int) -> dict[str, float]:
@@ -108,11 +108,17 @@ class LearnerGroup:
             runtime_env={"env_vars": {**env, "RANK": str(rank)}},
         ).remote(model_path, params) for rank, index in enumerate(bundles)])
 
-    def update(self, items: Sequence[PreferencePair] | Sequence[CompletionGroup]
-               ) -> dict[str, float] | None:
+    def update(self, items: Sequence[PreferencePair] | Sequence[CompletionGroup],
+               min_version: int | None = None) -> dict[str, float] | None:
         """The update on every rank; the stats (averaged over the ranks)."""
+        return self.wait(self.start_update(items, min_version))[0]
+
+    def start_update(self, items: Sequence[PreferencePair] | Sequence[CompletionGroup],
+                     min_version: int | None = None) -> list[ray.ObjectRef]:
+        """The update sent to every rank, not waited for: `wait` gives its stats (the loop
+        overlaps it with generation, loop.overlap). Learner.update's `min_version`."""
         batch = ray.put(list(items))  # one copy for all ranks
-        return self._all(lambda actor: actor.update.remote(batch))[0]
+        return [actor.update.remote(batch, min_version) for actor in self.actors]
 
     def sft(self, demonstrations: Sequence[Demonstration], epochs: int, lr_scale: float,
             seed: int) -> dict[str, float]:
@@ -136,9 +142,13 @@ class LearnerGroup:
         return ray.get(self.actors[0].step.remote())
 
     def _all(self, call: Callable[[Any], ray.ObjectRef]) -> list[Any]:
-        """`call(actor)` on every rank, in rank order; the first failure is raised at once (the
-        other ranks may be blocked in a collective it never joins)."""
-        refs = [call(a) for a in self.actors]
+        """`call(actor)` on every rank, in rank order (`wait`)."""
+        return self.wait([call(a) for a in self.actors])
+
+    @staticmethod
+    def wait(refs: list[ray.ObjectRef]) -> list[Any]:
+        """The ranks' results, in rank order; the first failure is raised at once (the other
+        ranks may be blocked in a collective it never joins)."""
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)

@@ -5,11 +5,14 @@ An update call adds items (PreferencePairs for DPO, CompletionGroups for GRPO an
 buffer. Once the buffer holds at least max(min_pairs_per_update, micro_batch_size * grad_accum)
 items, it trains on as many whole batches as the buffer allows, each of micro_batch_size *
 grad_accum items (the oldest first), and keeps the remainder for the next call; otherwise it
-returns None. Each batch's reference terms, then the terms the algorithm freezes before the
-policy moves (PPO's old log-probs, values, advantages), are computed first (no grad); then the
-algorithm's `epochs` optimizer steps (1 for DPO and GRPO), each one forward + backward per
-micro-batch. The reported loss of a step is the mean of its micro-batch losses before the step's
-update; the update's figures are the means over its steps.
+returns None. With `min_version`, items (new or buffered) written by weights older than that
+version are dropped first and counted (`stale` in the next stats): a remainder kept from an
+earlier call must not outlive the staleness bound the loop trains under (loop.max_staleness).
+Each batch's reference terms, then the terms the algorithm freezes before the policy moves
+(PPO's old log-probs, values, advantages), are computed first (no grad); then the algorithm's
+`epochs` optimizer steps (1 for DPO and GRPO), each one forward + backward per micro-batch. The
+reported loss of a step is the mean of its micro-batch losses before the step's update; the
+update's figures are the means over its steps.
 
 Weights leave through `policy_state_dict()` (merged, plain HF names: what the rollout engines
 load); `save_checkpoint` / `load_checkpoint` hold everything a killed run needs to continue as
@@ -25,7 +28,6 @@ stage's).
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
 from collections.abc import Sequence
@@ -65,6 +67,7 @@ from spade_ray.records import (
     Demonstration,
     LearnerParams,
     PreferencePair,
+    Role,
     TrainAlgorithm,
     from_dict,
     to_dict,
@@ -120,15 +123,18 @@ class Learner:
         self.policy = CausalLM(self.engine.module, self.engine.forward)
         self.step = 0
         self._buffer: list[Any] = []
+        self._stale = 0  # items dropped as stale since the last stats
 
     @property
     def buffered(self) -> int:
         return len(self._buffer)
 
-    def update(self, items: Sequence[Any]) -> dict[str, float] | None:
-        """`dpo_update`, `grpo_update` or `ppo_update`: whichever this learner was built for."""
+    def update(self, items: Sequence[Any], min_version: int | None = None
+               ) -> dict[str, float] | None:
+        """`dpo_update`, `grpo_update` or `ppo_update`: whichever this learner was built for;
+        items written by weights older than `min_version` are dropped (module docstring)."""
         kind = CompletionGroup if self.algorithm_name.on_groups else PreferencePair
-        return self._update(items, str(self.algorithm_name), kind)
+        return self._update(items, str(self.algorithm_name), kind, min_version)
 
     def dpo_update(self, pairs: Sequence[PreferencePair]) -> dict[str, float] | None:
         """Buffer `pairs`; train when enough are buffered (module docstring). Stats or None."""
@@ -140,7 +146,8 @@ class Learner:
     def ppo_update(self, groups: Sequence[CompletionGroup]) -> dict[str, float] | None:
         return self._update(groups, "ppo", CompletionGroup)
 
-    def _update(self, items: Sequence[Any], algorithm: str, kind: type) -> dict[str, float] | None:
+    def _update(self, items: Sequence[Any], algorithm: str, kind: type,
+                min_version: int | None = None) -> dict[str, float] | None:
         if algorithm != self.algorithm_name:
             raise ValueError(f"this learner was built for {self.algorithm_name!r}; "
                              f"{algorithm}_update needs LearnerParams(algorithm={algorithm!r})")
@@ -148,6 +155,10 @@ class Learner:
         if bad:
             raise TypeError(f"{algorithm}_update takes {kind.__name__} items, got {bad[:3]}")
         self._buffer.extend(items)
+        if min_version is not None:
+            fresh = [i for i in self._buffer if not _older(i, min_version)]
+            self._stale += len(self._buffer) - len(fresh)
+            self._buffer = fresh
         if len(self._buffer) < self.min_items:
             return None
         start = time.perf_counter()
@@ -189,8 +200,9 @@ class Learner:
                  ) -> dict[str, float]:
         stats = {k: sum(h[k] for h in history) / len(history) for k in history[0]}
         stats.update(step=self.step, steps=len(history), items=items,
-                     buffered=len(self._buffer), lr=history[-1]["lr"],
+                     buffered=len(self._buffer), lr=history[-1]["lr"], stale=self._stale,
                      wall_s=time.perf_counter() - start)
+        self._stale = 0
         return stats
 
     def _train_batch(self, items: list[Any], algorithm: Algorithm) -> list[dict[str, float]]:
@@ -296,15 +308,21 @@ def build_algorithm(p: LearnerParams, tokenizer: Any) -> Algorithm:
                p.vf_coef, p.kl_coef, p.kl_mode, p.gamma, p.gae_lambda)
 
 
-def _item_to_dict(item: Any) -> dict[str, Any]:
+def _older(item: PreferencePair | CompletionGroup, version: int) -> bool:
+    """Whether the weights that wrote `item` are older than `version` (the role's version for a
+    pair; a group of unknown version never is)."""
     if isinstance(item, PreferencePair):
-        return {"pair": to_dict(item)}
-    return {"group": dataclasses.asdict(item)}
+        written = item.generator_version if item.role is Role.GENERATOR else item.solver_version
+    else:
+        written = item.weights_version
+    return written is not None and written < version
+
+
+def _item_to_dict(item: Any) -> dict[str, Any]:
+    return {"pair" if isinstance(item, PreferencePair) else "group": to_dict(item)}
 
 
 def _item_from_dict(data: dict[str, Any]) -> Any:
     if "pair" in data:
         return from_dict(PreferencePair, data["pair"])
-    group = data["group"]
-    return CompletionGroup(group["prompt"], tuple(group["completions"]),
-                           tuple(group["rewards"]), group["task_id"])
+    return from_dict(CompletionGroup, data["group"])

@@ -81,7 +81,8 @@ def build_generator_groups(items: Sequence[GeneratorInput]) -> list[CompletionGr
     return [CompletionGroup(prompt=outputs[0].prompt,
                             completions=tuple(o.completion.text for o in outputs),
                             rewards=tuple(o.reward for o in outputs),
-                            task_id=outputs[0].task_id or "")
+                            task_id=outputs[0].task_id or "",
+                            weights_version=min(o.completion.weights_version for o in outputs))
             for outputs in _by_prompt(items) if len(outputs) >= 2]
 
 

@@ -70,7 +70,8 @@ def build_groups(task: Task, prompt: str, candidates: Sequence[Candidate],
         return []
     context, _ = split_program(prompt, usable[0][0].code)
     return [CompletionGroup(prompt=context, completions=tuple(c.code for c, _ in usable),
-                            rewards=tuple(s.value for _, s in usable), task_id=task.task_id)]
+                            rewards=tuple(s.value for _, s in usable), task_id=task.task_id,
+                            weights_version=min(c.solver_version for c, _ in usable))]
 
 
 def _validate(task: Task, candidates: Sequence[Candidate], scores: Sequence[Score],

@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -127,13 +127,23 @@ class RoleEngines:
         self.actors = list(actors)
         self._weights: tuple[ray.ObjectRef, int] | None = None  # latest (state dict, version)
         self._probes: dict[int, ray.ObjectRef] = {}  # engine whose call failed -> its probe
+        self._busy = BusyClock()
 
     @property
     def weights_version(self) -> int:
         return self._weights[1] if self._weights else 0
 
+    @property
+    def busy_s(self) -> float:
+        """Seconds so far with a generate call in flight (from any thread)."""
+        return self._busy.seconds()
+
     def generate(self, prompts: Sequence[str], sampling: SamplingParams) -> GenerationResult:
         """Shard prompts over the engines; a shard whose engine died comes back in `lost`."""
+        with self._busy:
+            return self._generate(prompts, sampling)
+
+    def _generate(self, prompts: Sequence[str], sampling: SamplingParams) -> GenerationResult:
         latest = ([self._weights[0]], self._weights[1]) if self._weights else None
         up = self._up()
         shards = [(i, s) for i, s in zip(up, _shards(len(prompts), len(up))) if s]
@@ -176,6 +186,32 @@ class RoleEngines:
             raise RolloutError(f"{self.role}: engines report versions {versions} after an "
                                f"update to {version}")
         self._weights = (ref, version)
+
+
+class BusyClock:
+    """Seconds during which at least one call was in flight. Calls from several threads (the
+    round's generator and solver share an engine in cpu_gemma) overlap: an engine working on one
+    request while another waits for it is busy once, not twice."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self._now, self._lock = now, threading.Lock()
+        self._in_flight, self._since, self._total = 0, 0.0, 0.0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._in_flight == 0:
+                self._since = self._now()
+            self._in_flight += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._total += self._now() - self._since
+
+    def seconds(self) -> float:
+        with self._lock:
+            return self._total + (self._now() - self._since if self._in_flight else 0.0)
 
 
 _PENDING = object()  # _gather's answer for a ref not done within its timeout

@@ -1,10 +1,13 @@
 """The learner on the real tiny model, plain torch engine (DeepSpeed: test_deepspeed.py)."""
 
+import dataclasses
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from spade_ray.learner import CompletionGroup, Learner, LearnerParams
+from spade_ray.records import Role
 from tests.learner.conftest import FAST
 
 STEPS = 4
@@ -43,6 +46,34 @@ def test_updates_wait_for_min_pairs_and_keep_the_remainder(tiny_model, pairs):
     stats = learner.dpo_update(pairs[:3])  # 8 buffered: two steps of 4 pairs
     assert (stats["steps"], stats["items"], stats["buffered"], learner.step) == (2, 8, 0, 2)
     assert learner.dpo_update(pairs[:3]) is None and learner.buffered == 3
+
+
+def test_items_older_than_min_version_are_dropped_new_and_buffered_alike(tiny_model, pairs):
+    learner = Learner(tiny_model, LearnerParams(**{**FAST, "min_pairs_per_update": 4}))
+    written_by = [dataclasses.replace(p, solver_version=v) for p, v in zip(pairs, (1, 1, 2, 2))]
+    assert learner.dpo_update(written_by[:2]) is None and learner.buffered == 2  # v1, kept
+    # the weights moved on to v3: with a bound of 1 the buffered v1 pairs and a new one go
+    assert learner.update([*written_by[2:], dataclasses.replace(pairs[0], solver_version=1)],
+                          min_version=2) is None
+    assert learner.buffered == 2
+    stats = learner.update([dataclasses.replace(p, solver_version=3) for p in pairs[:2]],
+                           min_version=2)
+    assert (stats["items"], stats["stale"]) == (4, 3)  # counted once they are reported
+    assert learner.update([], min_version=2) is None and learner.buffered == 0
+
+
+def test_a_generator_pair_is_dated_by_the_generator_and_a_group_by_its_weights(tiny_model,
+                                                                              pairs):
+    learner = Learner(tiny_model, LearnerParams(**{**FAST, "min_pairs_per_update": 8}))
+    generator = dataclasses.replace(pairs[0], role=Role.GENERATOR, solver_version=0,
+                                    generator_version=5)
+    learner.update([generator, dataclasses.replace(generator, generator_version=4)],
+                   min_version=5)
+    assert learner.buffered == 1
+    groups = Learner(tiny_model, LearnerParams(**{**FAST, "algorithm": "grpo"}))
+    group = CompletionGroup("p", ("a", "b"), (1.0, 0.0), "t", weights_version=4)
+    groups.update([group, dataclasses.replace(group, weights_version=None)], min_version=5)
+    assert groups.buffered == 1  # a group of unknown version is never stale
 
 
 def test_merged_weights_load_into_the_base_architecture_and_change_its_output(tiny_model,

@@ -59,6 +59,14 @@ def test_requests_are_spread_over_engines_and_keep_order(cluster):
     assert [g[0].text for g in sharded.completions] == [g[0].text for g in single.completions]
 
 
+def test_engines_count_the_time_a_request_is_in_flight(cluster):
+    engines = cluster["solver"]
+    before = engines.busy_s
+    started = time.monotonic()
+    engines.generate(["task"], GREEDY)
+    assert 0 < engines.busy_s - before <= time.monotonic() - started
+
+
 def test_weight_update_reaches_every_engine_and_stamps_completions(cluster, tiny_model):
     reference = make_backend("hf", tiny_model, dtype="float32")
     torch.manual_seed(7)
