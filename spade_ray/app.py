@@ -23,6 +23,7 @@ from spade_ray import loop, stages
 from spade_ray.cluster import Cluster, RoleSpec
 from spade_ray.config import (
     LearnerConfig,
+    LoopConfig,
     ModelConfig,
     SandboxConfig,
     admission_config,
@@ -65,14 +66,7 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
     validation = validate_validation(cfg.validation)
     sandbox_cfg, limits = sandbox_limits(cfg.sandbox)
     learner, params = validate_learner(cfg.learner)
-    if params and model.roles["generator"].model != model.roles["solver"].model:
-        raise ValueError("a learner trains one policy, which serves both roles: give "
-                         "model.roles.generator and model.roles.solver the same model (a learner "
-                         "per role is not built yet)")
-    if loop_cfg.overlap and not params:
-        raise ValueError("loop.overlap=true needs a learner: it runs the update alongside the "
-                         "next round's generation, and learner=none has no update (pick "
-                         "learner=dpo, grpo or ppo, or drop loop.overlap)")
+    check_together(model, loop_cfg, params)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = str(cfg.run_name) if sweep_point is None else f"{cfg.run_name}-{sweep_point}"
     datasets.disable_progress_bars()  # one line per round on the console, no bars in between
@@ -118,6 +112,19 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
         store.close()
     print(summary_table(metrics), flush=True)
     print(f"run directory: {run_dir} (trace.sqlite, pairs/, metrics.jsonl, plots/, wandb/)")
+
+
+def check_together(model: ModelConfig, loop_cfg: LoopConfig, params: LearnerParams | None
+                   ) -> None:
+    """The settings each group's validation cannot judge alone."""
+    if params and model.roles["generator"].model != model.roles["solver"].model:
+        raise ValueError("a learner trains one policy, which serves both roles: give "
+                         "model.roles.generator and model.roles.solver the same model (a learner "
+                         "per role is not built yet)")
+    if loop_cfg.overlap and not params:
+        raise ValueError("loop.overlap=true needs a learner: it runs the update alongside the "
+                         "next round's generation, and learner=none has no update (pick "
+                         "learner=dpo, grpo or ppo, or drop loop.overlap)")
 
 
 def open_records(cfg: DictConfig, run_dir: Path, run_id: str, seed: int
