@@ -9,10 +9,12 @@ and sampling seeds, three decoding set-ups, measured in one run:
   frame-t0.6  the same at temperature 0.6 instead of 0.9 (fewer broken programs, more copies)
   frame-4shot frame with four few-shot programs instead of two (make run's default)
   frame-6shot frame with six
+  frame-4shot-aug  frame-4shot with 8 augmented inputs per proposal (admission.augment_inputs)
 For each: outputs, admitted (with a 95% Wilson interval), tokens per output, seconds, and the
 most common rejection reasons. Admission is the run's own (tasks/admission.py, local sandbox).
 
     .venv/bin/python bench/generator_admission.py [--prompts 12] [--only frame,frame-4shot]
+        [--dump outputs.jsonl]   (every output's variant, family, outcome and text)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import json
 import random
 import sys
 import time
@@ -32,6 +35,7 @@ from spade_ray.records import Limits, SamplingParams, TaskFamily
 from spade_ray.rollout.actor import make_backend
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.stages import Generation
+from spade_ray.tasks.admission import AdmissionConfig
 from spade_ray.tasks.prompting import family_schedule, topic_schedule
 from spade_ray.tasks.seeds import load_seed_tasks
 from spade_ray.tasks.templates import load_prompts
@@ -59,6 +63,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=12, help="x 2 outputs each")
     parser.add_argument("--max-tokens", type=int, default=320)
     parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    parser.add_argument("--dump", default="", help="write every output to this JSONL file")
     args = parser.parse_args()
     limits = Limits()
     engines = DirectEngines(make_backend("hf", args.model, dtype="auto", max_batch_size=8))
@@ -68,20 +73,22 @@ def main() -> int:
     work = list(zip(topic_schedule(TOPICS, args.prompts, 0),
                     family_schedule(list(TaskFamily), args.prompts, 0)))
     framed = dataclasses.replace(base, stop=STOP)
-    variants = {"no-stop": (dataclasses.replace(base, stop=()), 0, 2),
-                "stop": (framed, 0, 2),
-                "frame": (framed, 96, 2),
-                "frame-t0.6": (dataclasses.replace(framed, temperature=0.6), 96, 2),
-                "frame-4shot": (framed, 96, 4),
-                "frame-6shot": (framed, 96, 6)}
+    plain, augmented = AdmissionConfig(), AdmissionConfig(augment_inputs=8)
+    variants = {"no-stop": (dataclasses.replace(base, stop=()), 0, 2, plain),
+                "stop": (framed, 0, 2, plain),
+                "frame": (framed, 96, 2, plain),
+                "frame-t0.6": (dataclasses.replace(framed, temperature=0.6), 96, 2, plain),
+                "frame-4shot": (framed, 96, 4, plain),
+                "frame-6shot": (framed, 96, 6, plain),
+                "frame-4shot-aug": (framed, 96, 4, augmented)}
     if args.only:
         variants = {k: variants[k] for k in args.only.split(",")}
     rows = []
     with Sandbox("local", limits) as sandbox:
         seeds = load_seed_tasks(sandbox, limits)
-        for name, (sampling, frame_tokens, shots) in variants.items():
+        for name, (sampling, frame_tokens, shots, admission) in variants.items():
             generation = Generation(engines, template, sampling, shots, 0.8, limits,
-                                    frame_tokens=frame_tokens)
+                                    admission, frame_tokens=frame_tokens)
             meter = TokenMeter("generator")
             started = time.monotonic()
             chunk = generation.generate(work, seeds, random.Random(0), meter, sandbox)
@@ -90,15 +97,21 @@ def main() -> int:
             admitted = sum(i.outcome == "admitted" for i in chunk.inputs)
             reasons = collections.Counter(i.outcome for i in chunk.inputs
                                           if i.outcome != "admitted")
+            if args.dump:
+                with open(args.dump, "a", encoding="utf-8") as f:
+                    for i in chunk.inputs:
+                        f.write(json.dumps({"variant": name, "family": str(i.family),
+                                            "outcome": i.outcome,
+                                            "text": i.completion.text}) + "\n")
             rows.append((name, outputs, admitted, meter.completion_tokens / max(outputs, 1),
-                         seconds, reasons.most_common(4)))
+                         seconds, reasons.most_common(6)))
     print(f"\nmodel {args.model}, {args.prompts} prompts x 2 outputs, temperature 0.9, "
           f"max {args.max_tokens} tokens, sampling seed 1234")
-    print(f"{'decoding':<11}{'outputs':>8}{'admitted':>9}{'rate':>7}{'95% CI':>16}"
+    print(f"{'decoding':<16}{'outputs':>8}{'admitted':>9}{'rate':>7}{'95% CI':>16}"
           f"{'tok/out':>9}{'s':>7}  rejections")
     for name, outputs, admitted, tokens, seconds, reasons in rows:
         low, high = wilson(admitted, outputs)
-        print(f"{name:<11}{outputs:>8}{admitted:>9}{admitted / outputs:>7.2f}"
+        print(f"{name:<16}{outputs:>8}{admitted:>9}{admitted / outputs:>7.2f}"
               f"   [{low:.2f}, {high:.2f}]{tokens:>9.0f}{seconds:>7.0f}  "
               + ", ".join(f"{r}={n}" for r, n in reasons))
     return 0

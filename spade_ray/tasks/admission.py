@@ -7,8 +7,10 @@ Every rejection has a short, countable reason (the round's metrics count them):
                 module_code             top-level statements other than imports, defs, constants
     run         reference_<status>      the reference run hit a limit or crashed
                 nondeterministic        two processes with different PYTHONHASHSEED disagree
+                                        (on the generator's inputs or the augmented ones)
                 reference_raises        too few inputs left once those the reference raises on
-                                        (or whose result is not plain data) are dropped
+                                        (or whose result is not plain data) are dropped, or
+                                        none of the generator's own
                 reference_slow          the reference needs more than `max_reference_cpu_s`
     trivial     constant_outputs        every input gives the same output
                 trivial_passes:<name>   a null solver passes every example (a constant, an echo
@@ -22,7 +24,13 @@ Every rejection has a short, countable reason (the round's metrics count them):
 How outputs become expected values: a driver program (trusted text, run in the sandbox like any
 candidate) runs the reference on every input in two fresh interpreters with PYTHONHASHSEED 1
 and 2 and prints each result's repr; the host turns the reprs back into values with
-ast.literal_eval and encodes them as canonical data. What the sandboxed program printed is not
+ast.literal_eval and encodes them as canonical data. With `augment_inputs`, a generated
+proposal's inputs are joined by that many mutations of them (tasks/augment.py), run by a second
+driver job: the reference computes their outputs too, so they can only add examples (a limit hit
+or a crash on them drops them, and never the task), except that a disagreement between the two
+interpreters on them rejects the task as nondeterministic. Examples keep the generator's own
+inputs first (the visible ones, and the one a predict task asks, are its own). What the
+sandboxed program printed is not
 trusted: the reference is then checked against the examples by the trusted grader, out of its
 process, with exact types, and a task is admitted only if it passes every one. Dedup (exact
 normalised-AST hash and near-duplicates) happens before admission, in the generation stage.
@@ -49,6 +57,7 @@ from spade_ray.records import (
     TaskSource,
     TestSuite,
 )
+from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.mutation import mutants
 
@@ -108,11 +117,13 @@ class AdmissionConfig:
     max_mutants: int = 8
     min_mutation_score: float = 0.5  # fraction of mutants the examples must kill
     max_reference_cpu_s: float = 2.0  # the driver run (two interpreters, every input)
+    augment_inputs: int = 0  # a generated proposal's extra inputs, mutations of its own
     check_timeout_s: float = 0.5  # per null-solver / mutant / reference check (a mutant that
     # loops is killed either way; the reference itself must answer well within it)
 
     def __post_init__(self) -> None:
-        if self.min_examples < 1 or self.visible_examples < 0 or self.max_mutants < 0:
+        if self.min_examples < 1 or self.visible_examples < 0 or self.max_mutants < 0 \
+                or self.augment_inputs < 0:
             raise ValueError(f"admission: counts must be positive: {self}")
         if not 0.0 <= self.min_mutation_score <= 1.0:
             raise ValueError(f"admission.min_mutation_score must be in [0, 1], got "
@@ -137,9 +148,11 @@ class Admitted:
 
 @dataclasses.dataclass(frozen=True)
 class _Core:
-    """What the run established about a proposal: its examples, in input order."""
+    """What the run established about a proposal: its examples, the generator's own inputs
+    first (`own` of them, in the order written), then the augmented ones."""
 
     examples: tuple[IOExample, ...]
+    own: int
     cpu_s: float
 
 
@@ -176,20 +189,28 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     """One verdict per proposal: `families[i]` and `topics[i]` are what proposal i becomes.
     Sandbox work is batched and done once per distinct program and inputs (a seed proposal
     listed once per family runs once): one driver run each, then one check batch for all."""
-    keys = [_job(p) for p in proposals]
+    keys = [_job(p, p.inputs) for p in proposals]
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> its first index
     static = {key: static_reason(proposals[i]) for key, i in first.items()}
     running = [key for key in first if static[key] is None]
+    count = config.augment_inputs if source is TaskSource.GENERATED else 0
+    extras = {key: augmented_inputs(proposals[first[key]].inputs, count,
+                                    _seed(proposals[first[key]])) for key in running}
+    augmenting = [key for key in running if extras[key]]
     # Two interpreters run every input: twice the task's limits, plus their start-up.
     driver_limits = dataclasses.replace(limits, timeout_s=2 * limits.timeout_s + 1.0,
                                         cpu_s=2 * limits.cpu_s + 1.0)
-    runs = executor.run_many([DRIVER] * len(running), running, limits=driver_limits)
+    jobs = running + [_job(proposals[first[key]], extras[key]) for key in augmenting]
+    runs = executor.run_many([DRIVER] * len(jobs), jobs, limits=driver_limits)
+    extra_runs = dict(zip(augmenting, runs[len(running):]))
     cores: dict[str, _Core | str] = {key: reason for key, reason in static.items() if reason}
     for key, run in zip(running, runs):
-        cores[key] = _core(proposals[first[key]], run, config)
+        cores[key] = _core(proposals[first[key]], run, config, extras[key],
+                           extra_runs.get(key))
     checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
                       if isinstance(core, _Core)}, executor, limits, config)
-    run_cpu = {key: run.cpu_s for key, run in zip(running, runs)}
+    run_cpu = {key: run.cpu_s + (extra_runs[key].cpu_s if key in extra_runs else 0.0)
+               for key, run in zip(running, runs)}
     verdicts = []
     for i, (proposal, key) in enumerate(zip(proposals, keys)):
         core = cores[key]
@@ -204,13 +225,42 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     return verdicts
 
 
-def _job(proposal: Proposal) -> str:
+def _job(proposal: Proposal, inputs: Sequence[tuple]) -> str:
     return json.dumps({"source": proposal.reference, "entry": proposal.entry_point,
-                       "calls": [repr(args) for args in proposal.inputs]})
+                       "calls": [repr(args) for args in inputs]})
 
 
-def _core(proposal: Proposal, run, config: AdmissionConfig) -> _Core | str:
-    """The examples the driver's run establishes, or the rejection reason."""
+def _seed(proposal: Proposal) -> int:
+    """The proposal's own seed for sampling its mutants and augmented inputs."""
+    return int(hashlib.sha256(proposal.reference.encode()).hexdigest()[:8], 16)
+
+
+def _core(proposal: Proposal, run, config: AdmissionConfig,
+          extras: Sequence[tuple] = (), extra_run=None) -> _Core | str:
+    """The examples the driver's runs establish, or the rejection reason."""
+    results = _results(run, len(proposal.inputs), config)
+    if isinstance(results, str):
+        return results
+    own = _examples(proposal.inputs, results)
+    more: list[IOExample] = []
+    if extra_run is not None:
+        extra_results = _results(extra_run, len(extras), config)
+        if extra_results == "nondeterministic":
+            return extra_results
+        if not isinstance(extra_results, str):  # a limit or crash on extras only loses them
+            more = _examples(extras, extra_results)
+    if not own or len(own) + len(more) < config.min_examples:
+        return "reference_raises"
+    examples = tuple(own + more)
+    if len({e.expected for e in examples}) == 1:
+        return "constant_outputs"
+    return _Core(examples, len(own),
+                 run.cpu_s + (extra_run.cpu_s if extra_run is not None else 0.0))
+
+
+def _results(run, calls: int, config: AdmissionConfig) -> list | str:
+    """Per input, ["ok", repr] or ["raise", type name] from a driver run (the interpreters
+    agreeing), or the rejection reason."""
     if run.status is ExecStatus.SANDBOX_ERROR:
         return "sandbox_error"
     if run.status is not ExecStatus.OK:
@@ -222,24 +272,26 @@ def _core(proposal: Proposal, run, config: AdmissionConfig) -> _Core | str:
         first, second = json.loads(out1), json.loads(out2)
     except (ValueError, TypeError):
         return "reference_error"  # the reference failed at import, or broke its own output
-    if code1 != 0 or code2 != 0 or len(first) != len(proposal.inputs):
+    if code1 != 0 or code2 != 0 or not isinstance(first, list) or len(first) != calls:
         return "reference_error"
     if first != second:
         return "nondeterministic"
+    return first
+
+
+def _examples(inputs: Sequence[tuple], results: list) -> list[IOExample]:
+    """The examples of the inputs the reference answered with plain data."""
     examples = []
-    for inputs, (kind, text) in zip(proposal.inputs, first):
+    for args, result in zip(inputs, results):
+        kind, text = result if isinstance(result, list) and len(result) == 2 else ("", None)
         if kind != "ok" or not isinstance(text, str) or len(text) > MAX_REPR_CHARS:
             continue
         try:
-            examples.append(canonical.example(inputs, ast.literal_eval(text)))
+            examples.append(canonical.example(args, ast.literal_eval(text)))
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError,
                 canonical.NotPlainData):
             continue  # not plain data (an object, NaN, a frozenset): not an example
-    if len(examples) < config.min_examples:
-        return "reference_raises"
-    if len({e.expected for e in examples}) == 1:
-        return "constant_outputs"
-    return _Core(tuple(examples), run.cpu_s)
+    return examples
 
 
 def null_solvers(signature: str) -> dict[str, str]:
@@ -263,8 +315,8 @@ def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
         suites[key] = TestSuite(examples=core.examples, entry_point=p.entry_point)
         jobs.append((key, "reference", p.reference))
         jobs += [(key, f"null:{name}", code) for name, code in null_solvers(p.signature).items()]
-        seed = int(hashlib.sha256(p.reference.encode()).hexdigest()[:8], 16)
-        jobs += [(key, "mutant", code) for code in mutants(p.reference, config.max_mutants, seed)]
+        jobs += [(key, "mutant", code)
+                 for code in mutants(p.reference, config.max_mutants, _seed(p))]
     check_limits = dataclasses.replace(limits, timeout_s=min(limits.timeout_s,
                                                              config.check_timeout_s),
                                        cpu_s=min(limits.cpu_s, config.check_timeout_s))
@@ -302,21 +354,22 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
             return Admitted(p, family, None, "no_killed_mutant", cpu, score)
         # The subtlest caught bug: the mutant that passes the most examples.
         buggy = max(killed, key=lambda k: sum(o.outcome == "passed" for o in k[1].outcomes))[0]
-    task = make_task(p, family, topic, core.examples, buggy, limits, config, source,
+    task = make_task(p, family, topic, core.examples, core.own, buggy, limits, config, source,
                      generator_version)
     return Admitted(p, family, task, "", cpu, score)
 
 
 def make_task(p: Proposal, family: TaskFamily, topic: str, examples: tuple[IOExample, ...],
-              buggy: str | None, limits: Limits, config: AdmissionConfig,
+              own: int, buggy: str | None, limits: Limits, config: AdmissionConfig,
               source: TaskSource, generator_version: int) -> Task:
-    """The task of `family` made of an admitted proposal and its examples."""
+    """The task of `family` made of an admitted proposal and its examples (the first `own`
+    of them on the generator's own inputs)."""
     suite = TestSuite(examples=examples, entry_point=p.entry_point)
     visible = examples[:config.visible_examples]
     if family is TaskFamily.PREDICT:
-        # The question: the last input (the first ones are the generator's simplest); the
+        # The question: the generator's last input (its first ones are its simplest); the
         # answer is the output as data, returned by the candidate's `answer()`.
-        asked = examples[-1]
+        asked = examples[own - 1]
         visible = (asked,)
         suite = TestSuite(examples=(IOExample(args=canonical.encode(()),
                                               expected=asked.expected),),

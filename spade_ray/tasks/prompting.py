@@ -17,6 +17,8 @@ from spade_ray.tasks.control import Guidance, difficulty_label, rank_exemplars
 from spade_ray.tasks.format import call_text, render_proposal
 from spade_ray.tasks.templates import PromptTemplate, render
 
+SHOWN_INPUTS = 6  # the seed pool's programs have 4 to 6 inputs
+
 
 def topic_schedule(topics: list[str], count: int, round_index: int,
                    admitted: Mapping[str, int] | None = None,
@@ -89,7 +91,9 @@ def _rates_by_reference(pool: list[Task], pass_rates: Mapping[str, float]) -> di
 
 
 def render_task(task: Task) -> str:
-    """A task as the generator writes one: description, reference, the inputs of its examples."""
+    """A task as the generator writes one: description, reference, the inputs of its first
+    SHOWN_INPUTS examples (the generator's own come first; the augmented ones are not its
+    writing to copy)."""
     calls = tuple(call_text(task.entry_point, canonical.decode(e.args))
-                  for e in task.tests.examples)
+                  for e in task.tests.examples[:SHOWN_INPUTS])
     return render_proposal(task.description, task.reference, calls)

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from spade_ray.execution import canonical
-from spade_ray.records import Limits, TaskFamily
+from spade_ray.records import Limits, TaskFamily, TaskSource
 from spade_ray.tasks.admission import AdmissionConfig, admit, normalised_hash, null_solvers
 from spade_ray.tasks.format import parse_proposal
 
@@ -157,3 +157,61 @@ def test_normalised_hash_ignores_names_docstrings_and_layout():
 def test_limits_of_the_task_are_kept(sandbox):
     limits = dataclasses.replace(LIMITS, memory_mb=200)
     assert verdict(sandbox, GOOD, limits=limits).task.limits == limits
+
+
+AUGMENT = AdmissionConfig(augment_inputs=8)
+
+
+def args_of(task):
+    return [canonical.decode(e.args) for e in task.tests.examples]
+
+
+def test_augmented_inputs_follow_the_generators_own_and_the_prompt_shows_only_its_own(sandbox):
+    # Every input the generator wrote is a multiple of 3: constant on its own inputs.
+    p = proposal("def f(n: int) -> bool:\n    return n % 3 == 0", "f(3)\nf(6)\nf(9)")
+    assert verdict(sandbox, p).reason == "constant_outputs"
+    for family in (CODEGEN, PREDICT):
+        v = verdict(sandbox, p, family, AUGMENT)
+        assert v.valid, v.reason
+        if family is PREDICT:  # the question is the generator's last input
+            assert canonical.decode(v.task.visible[0].args) == (9,)
+    task = verdict(sandbox, p, CODEGEN, AUGMENT).task
+    assert args_of(task)[:3] == [(3,), (6,), (9,)] and len(args_of(task)) > 3
+    assert [canonical.decode(e.args) for e in task.visible] == [(3,), (6,)]
+    assert {canonical.decode(e.expected) for e in task.tests.examples} == {True, False}
+
+
+def test_seed_tasks_are_not_augmented(sandbox):
+    v = admit([GOOD], [CODEGEN], ["lists"], sandbox, LIMITS, AUGMENT, source=TaskSource.SEED)[0]
+    assert args_of(v.task) == [canonical.decode(e.args) for e in verdict(sandbox, GOOD).task
+                               .tests.examples]
+
+
+def test_a_reference_that_loops_on_an_augmented_input_keeps_its_own_examples(sandbox):
+    # A negated input never reaches 0: the extra run times out, the task stands on its own.
+    p = proposal("def f(n: int) -> int:\n    t = 0\n    while n != 0:\n        n -= 1\n"
+                 "        t += n\n    return t", "f(3)\nf(5)\nf(7)")
+    v = verdict(sandbox, p, config=AUGMENT)
+    assert v.valid, v.reason
+    assert args_of(v.task) == [(3,), (5,), (7,)]
+
+
+def test_augmented_inputs_that_show_hash_seed_dependence_reject_the_task(sandbox):
+    p = proposal("def f(s: str) -> list:\n    if len(s) == 3:\n        return sorted(s)\n"
+                 "    return list(set(s + 'vwxyz'))", "f('abc')\nf('cab')\nf('zzz')")
+    assert verdict(sandbox, p).valid
+    assert verdict(sandbox, p, config=AUGMENT).reason == "nondeterministic"
+
+
+def test_augmented_examples_do_not_stand_in_for_the_generators_own(sandbox):
+    p = proposal("def f(n: int, m: int) -> int:\n    return 10 // n + m", "f(0, 1)\nf(0, 2)")
+    assert verdict(sandbox, p, config=AUGMENT).reason == "reference_raises"
+
+
+def test_augmented_inputs_kill_mutants_the_generators_own_miss(sandbox):
+    # Own inputs never reach the else branch (a >= 3); a one-step change of a does.
+    p = proposal("def f(a: int, b: int) -> int:\n    return a + b if a < 3 else a - b",
+                 "f(1, 2)\nf(2, 4)")
+    assert verdict(sandbox, p).reason == "weak_examples"
+    v = verdict(sandbox, p, config=AUGMENT)
+    assert v.valid and v.mutation_score > verdict(sandbox, p).mutation_score

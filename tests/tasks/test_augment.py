@@ -1,0 +1,60 @@
+"""Augmented inputs: type-preserving one-step mutations of the generator's own inputs."""
+
+import ast
+import math
+
+import pytest
+
+from spade_ray.tasks.augment import augmented_inputs
+from spade_ray.tasks.format import MAX_LITERAL_CHARS
+
+INPUTS = [
+    ((1, 2, 3), True, "abc", [1, [2, 3]], {"a": 1, "b": "x"}),
+    ((), False, "", [], {}),
+    ((7,), True, "Hello World", [0.5, -2.0], {"k": [1, 2]}),
+]
+
+
+def test_the_same_seed_gives_the_same_inputs_and_another_seed_others():
+    assert augmented_inputs(INPUTS, 12, seed=3) == augmented_inputs(INPUTS, 12, seed=3)
+    assert augmented_inputs(INPUTS, 12, seed=3) != augmented_inputs(INPUTS, 12, seed=4)
+
+
+def test_new_inputs_are_distinct_from_the_generators_and_from_each_other():
+    out = augmented_inputs(INPUTS, 20, seed=0)
+    assert len(out) == 20
+    texts = [repr(args) for args in out]
+    assert len(set(texts)) == len(texts)
+    assert not set(texts) & {repr(args) for args in INPUTS}
+
+
+def test_each_new_input_changes_one_argument_and_keeps_every_argument_type():
+    for args in augmented_inputs(INPUTS, 30, seed=1):
+        parents = [p for p in INPUTS if len(p) == len(args)
+                   and sum(repr(a) != repr(b) for a, b in zip(p, args)) == 1]
+        assert parents, args
+        assert [type(a) for a in args] == [type(a) for a in parents[0]]
+
+
+def test_every_new_input_reads_back_as_a_literal_within_the_line_limit():
+    inputs = [("x" * 300, [1.5, 2.5], {3, 4, 5}, b"bytes", None)]
+    out = augmented_inputs(inputs, 20, seed=2)
+    assert out
+    for args in out:
+        text = repr(args)
+        assert len(text) <= MAX_LITERAL_CHARS
+        assert ast.literal_eval(text) == args
+        assert all(not isinstance(a, float) or math.isfinite(a) for a in args)
+        assert all(not isinstance(a, set) or a for a in args)  # set() is not a literal
+
+
+def test_ints_stay_bounded_and_bools_stay_bools():
+    out = augmented_inputs([(10**6, True)], 10, seed=5)
+    assert out
+    for n, flag in out:
+        assert type(n) is int and abs(n) <= 10**6 and type(flag) is bool
+
+
+@pytest.mark.parametrize("inputs", [[], [()], [(None,), (None, None)]])
+def test_inputs_with_nothing_to_mutate_give_none(inputs):
+    assert augmented_inputs(inputs, 5, seed=0) == []
