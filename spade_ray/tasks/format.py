@@ -15,11 +15,12 @@ JSON: a base model copies labelled sections far more reliably than it balances b
     reverse_string("a b")
 
 Input lines are calls of one function the reference defines, with literal arguments (Python
-literals: numbers, strings, bytes, None, booleans, lists, tuples, dicts, sets). The Inputs
-section ends at the first line that is not such a call, so a model that rambles on after its
-last input still wrote a task; a call with the wrong number of arguments is skipped, and section
-headers match in any case. Parsing is strict about everything else and says what is wrong with a
-short, countable reason; it never guesses code.
+literals: numbers, strings, bytes, None, booleans, lists, tuples, dicts, sets), positional or
+named by the function's parameters (bound to their positions); a call may run over several
+lines, as Python allows. The Inputs section ends at the first line that is not such a call, so
+a model that rambles on after its last input still wrote a task; a call with the wrong number of
+arguments is skipped, and section headers match in any case. Parsing is strict about
+everything else and says what is wrong with a short, countable reason; it never guesses code.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ SECTIONS = ("Description", "Reference", "Inputs")
 _HEADER = re.compile(rf"^({'|'.join(SECTIONS)}):[ \t]*(.*)$", re.IGNORECASE)
 MIN_INPUTS = 2
 MAX_INPUTS = 12
-MAX_LITERAL_CHARS = 400  # one input line; also bounds what ast.literal_eval is given
+MAX_LITERAL_CHARS = 400  # one input call; also bounds what ast.literal_eval is given
+MAX_CALL_LINES = 8  # a call written over more lines than this is not read as one
+_CALL_START = re.compile(r"^[A-Za-z_]\w*\(")
 
 
 class TaskFormatError(ValueError):
@@ -136,18 +139,19 @@ def _inputs(section: str, functions: dict[str, ast.FunctionDef]
     """The entry point and the distinct calls of it, up to the first line that is not a call;
     a call with a number of arguments the function does not take is skipped."""
     entry_point, calls, inputs, wrong_arity = None, [], [], 0
-    for line in section.splitlines():
-        line = line.strip()
-        parsed = _call(line)
+    lines, i = [line.strip() for line in section.splitlines()], 0
+    while i < len(lines):
+        line, parsed, i = _next_call(lines, i)
         if parsed is None or (entry_point is not None and parsed[0] != entry_point):
             break
-        name, args = parsed
+        name, args, named = parsed
         if name not in functions:
             raise TaskFormatError("input_calls_unknown_function",
                                   f"{line[:80]!r} calls {name}, which the reference does not "
                                   f"define")
         entry_point = name
-        if not _arity_fits(functions[name], args):
+        args = _bind(functions[name], args, named)
+        if args is None or not _arity_fits(functions[name], args):
             wrong_arity += 1
         elif args not in inputs:
             calls.append(line)
@@ -165,19 +169,51 @@ def _inputs(section: str, functions: dict[str, ast.FunctionDef]
     return entry_point, tuple(calls), tuple(inputs)
 
 
-def _call(line: str) -> tuple[str, tuple[Any, ...]] | None:
-    """(function name, literal arguments) of a line like `f(1, [2])`, else None."""
+_Call = tuple[str, tuple[Any, ...], dict[str, Any]]
+
+
+def _next_call(lines: list[str], i: int) -> tuple[str, _Call | None, int]:
+    """The call starting at lines[i] (it may run over up to MAX_CALL_LINES lines), its parse,
+    and the index after it; (lines[i], None, i + 1) when no call starts there."""
+    text = lines[i]
+    for end in range(i + 1, min(i + MAX_CALL_LINES, len(lines)) + 1):
+        text = " ".join(lines[i:end])
+        parsed = _call(text)
+        if parsed is not None or not _CALL_START.match(lines[i]) or \
+                len(text) > MAX_LITERAL_CHARS:
+            return text, parsed, end
+    return text, None, i + 1
+
+
+def _call(line: str) -> _Call | None:
+    """(function name, literal arguments, literal keyword arguments) of a call like
+    `f(1, [2], k=3)`, else None."""
     if not line or len(line) > MAX_LITERAL_CHARS:
         return None
     try:
         node = ast.parse(line, mode="eval").body
         if (not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name)
-                or node.keywords or any(isinstance(a, ast.Starred) for a in node.args)):
+                or any(k.arg is None for k in node.keywords)
+                or any(isinstance(a, ast.Starred) for a in node.args)):
             return None
         args = tuple(ast.literal_eval(a) for a in node.args)
+        named = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
         return None
-    return node.func.id, args
+    return node.func.id, args, named
+
+
+def _bind(node: ast.FunctionDef, args: tuple[Any, ...], named: dict[str, Any]
+          ) -> tuple[Any, ...] | None:
+    """The positional arguments of a call whose named arguments fill the parameters after its
+    positional ones, in order; None when they cannot (an unknown or repeated name, a gap)."""
+    positional_only = len(node.args.posonlyargs)
+    bound = list(args)
+    for name in [a.arg for a in node.args.posonlyargs + node.args.args][len(args):]:
+        if name not in named or len(bound) < positional_only:
+            break
+        bound.append(named[name])
+    return tuple(bound) if len(bound) - len(args) == len(named) else None
 
 
 def _arity_fits(node: ast.FunctionDef, args: tuple[Any, ...]) -> bool:

@@ -76,3 +76,24 @@ def test_only_outputs_missing_their_inputs_are_framed():
     assert inputs_frame(GOOD) is None  # complete
     assert inputs_frame(GOOD.replace("return 2 * x", "return 2 *")) is None  # broken code
     assert inputs_frame("Reference:\ndef f(x):\n    return x\n") is None  # no description
+
+
+def test_named_arguments_are_bound_to_their_parameters_positions():
+    text = GOOD.replace("def double(x: int)", "def double(x: int, k: int = 2)").replace(
+        "double(2)\ndouble(-1)\ndouble(2)", "double(x=2)\ndouble(1, k=3)\ndouble(k=4, x=5)")
+    assert parse_proposal(text).inputs == ((2,), (1, 3), (5, 4))
+
+
+@pytest.mark.parametrize("call", ["double(y=2)", "double(2, x=2)", "double(k=3)"])
+def test_named_arguments_that_fill_no_parameter_in_order_are_skipped(call):
+    text = GOOD.replace("def double(x: int)", "def double(x: int, k: int = 2)").replace(
+        "double(-1)", f"{call}\ndouble(3)")
+    assert parse_proposal(text).inputs == ((2,), (3,))
+
+
+def test_a_call_may_run_over_several_lines():
+    text = GOOD.replace("double(-1)", "double(\n    -1\n)")
+    assert parse_proposal(text).inputs == ((2,), (-1,))
+    unclosed = GOOD.replace("double(-1)\ndouble(2)", "double(\n" + "1\n" * 20)
+    with pytest.raises(TaskFormatError, match="too_few_inputs"):
+        parse_proposal(unclosed)
