@@ -44,9 +44,9 @@ from spade_ray.records import (
 from spade_ray.rollout.actor import RoleEngines
 from spade_ray.rollout.sampling import TokenBudgetExceeded, TokenMeter, sample_distinct
 from spade_ray.tasks import candidate_program, executable
-from spade_ray.tasks.admission import AdmissionConfig, Admitted, admit, normalised_hash
+from spade_ray.tasks.admission import AdmissionConfig, Admitted, admit
 from spade_ray.tasks.control import Guidance
-from spade_ray.tasks.diversity import most_similar
+from spade_ray.tasks.diversity import most_similar, normalised_hash
 from spade_ray.tasks.families import solver_prompt
 from spade_ray.tasks.format import Proposal, TaskFormatError, inputs_frame, parse_proposal
 from spade_ray.tasks.prompting import generator_prompt

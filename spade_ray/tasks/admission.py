@@ -30,16 +30,15 @@ driver job: the reference computes their outputs too, so they can only add examp
 or a crash on them drops them, and never the task), except that a disagreement between the two
 interpreters on them rejects the task as nondeterministic. Examples keep the generator's own
 inputs first (the visible ones, and the one a predict task asks, are its own). What the
-sandboxed program printed is not
-trusted: the reference is then checked against the examples by the trusted grader, out of its
-process, with exact types, and a task is admitted only if it passes every one. Dedup (exact
-normalised-AST hash and near-duplicates) happens before admission, in the generation stage.
+sandboxed program printed is not trusted: the reference is then checked against the examples by
+the trusted grader, out of its process, with exact types, and a task is admitted only if it
+passes every one. Dedup (tasks/diversity.py: exact normalised-AST hash and near-duplicates)
+happens before admission, in the generation stage.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 import dataclasses
 import functools
 import hashlib
@@ -381,26 +380,3 @@ def make_task(p: Proposal, family: TaskFamily, topic: str, examples: tuple[IOExa
                 signature=p.signature, tests=suite, reference=p.reference, buggy=buggy,
                 visible=visible, limits=limits, source=source,
                 generator_version=generator_version)
-
-
-def normalised_hash(reference: str) -> str:
-    """Same for programs that differ only in names, docstrings, comments and layout."""
-    tree = ast.parse(reference)
-    names: dict[str, str] = {}
-
-    def rename(name: str) -> str:
-        return names.setdefault(name, f"v{len(names)}")
-
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            node.name = rename(node.name)
-            if (node.body and isinstance(node.body[0], ast.Expr)
-                    and isinstance(node.body[0].value, ast.Constant)
-                    and isinstance(node.body[0].value.value, str)):
-                node.body = node.body[1:] or [ast.Pass()]
-            node.returns = None
-        elif isinstance(node, ast.arg):
-            node.arg, node.annotation = rename(node.arg), None
-        elif isinstance(node, ast.Name) and not hasattr(builtins, node.id):
-            node.id = rename(node.id)
-    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()[:16]

