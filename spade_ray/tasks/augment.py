@@ -65,8 +65,7 @@ _SKIP = _Skip()
 
 
 def _mutate(value: Any, rng: random.Random) -> Any:
-    kind = type(value)
-    mutate = _BY_TYPE.get(kind)
+    mutate = _BY_TYPE.get(type(value))
     return _SKIP if mutate is None else mutate(value, rng)
 
 
@@ -91,11 +90,10 @@ def _text(value: str | bytes, rng: random.Random) -> str | bytes | _Skip:
     if not value:
         return alphabet[rng.randrange(len(alphabet)):][:1]
     i = rng.randrange(len(value))
-    j = min(i + 1, len(value) - 1)
     choices: list[Callable[[], Any]] = [
         lambda: value[:i] + value[i + 1:],  # drop
         lambda: value[:i + 1] + value[i:],  # repeat
-        lambda: value[:i] + value[j:j + 1] + value[i + 1:j] + value[i:i + 1] + value[j + 1:],
+        lambda: value[:i] + value[i + 1:i + 2] + value[i:i + 1] + value[i + 2:],  # swap next
         lambda: value[:i] + alphabet[rng.randrange(len(alphabet)):][:1] + value[i + 1:],
         lambda: value[::-1],
         lambda: value[:0],
