@@ -22,6 +22,7 @@ from spade_ray.execution import canonical
 from spade_ray.records import Task, TaskFamily
 from spade_ray.tasks.admission import PREDICT_ENTRY
 from spade_ray.tasks.format import call_text
+from spade_ray.tasks.imports import with_missing_imports
 from spade_ray.tasks.templates import PromptTemplate, render
 
 _CODE_BLOCK = re.compile(r"```(?:python)?\n(.*?)(?:```|$)", re.DOTALL)
@@ -81,7 +82,14 @@ def candidate_program(task: Task, completion: str, chat: bool) -> str:
 
 def executable(task: Task, code: str) -> str:
     """The program the sandbox checks for a candidate's code. A predict answer is evaluated as
-    a literal inside the candidate's process: a call, a name or an expression is an error."""
+    a literal inside the candidate's process: a call, a name or an expression is an error.
+    Code gets the imports of the standard-library names it uses and never binds
+    (tasks/imports.py), as the task's reference did: a base model's prompt ends with the
+    signature, so the model has no place above it to write them. Code that does not parse
+    runs as it is (its syntax error is its score)."""
     if task.family is TaskFamily.PREDICT:
         return f"import ast\n\n\ndef {PREDICT_ENTRY}():\n    return ast.literal_eval({code!r})\n"
-    return code
+    try:
+        return with_missing_imports(code)[0]
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code

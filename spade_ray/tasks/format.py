@@ -19,8 +19,10 @@ literals: numbers, strings, bytes, None, booleans, lists, tuples, dicts, sets), 
 named by the function's parameters (bound to their positions); a call may run over several
 lines, as Python allows. The Inputs section ends at the first line that is not such a call, so
 a model that rambles on after its last input still wrote a task; a call with the wrong number of
-arguments is skipped, and section headers match in any case. Parsing is strict about
-everything else and says what is wrong with a short, countable reason; it never guesses code.
+arguments is skipped, and section headers match in any case. The one repair: the import of a
+standard-library name the reference uses and never binds (`Counter`, `lru_cache`) is added
+(tasks/imports.py). Parsing is strict about everything else and says what is wrong with a short,
+countable reason; it never guesses code.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import ast
 import dataclasses
 import re
 from typing import Any
+
+from spade_ray.tasks.imports import with_missing_imports
 
 SECTIONS = ("Description", "Reference", "Inputs")
 _HEADER = re.compile(rf"^({'|'.join(SECTIONS)}):[ \t]*(.*)$", re.IGNORECASE)
@@ -57,6 +61,7 @@ class Proposal:
     signature: str  # the entry point's def line, e.g. "def add(a: int, b: int) -> int:"
     inputs: tuple[tuple[Any, ...], ...]  # argument tuples, distinct, in the order written
     calls: tuple[str, ...]  # the input lines as written (inputs[i] is calls[i] evaluated)
+    imports_added: int = 0  # import lines the reference lacked (tasks/imports.py)
 
 
 def parse_proposal(text: str) -> Proposal:
@@ -67,6 +72,7 @@ def parse_proposal(text: str) -> Proposal:
     description = " ".join(sections["Description"].split())
     reference = sections["Reference"].strip("\n") + "\n"
     try:
+        reference, imports_added = with_missing_imports(reference)
         tree = ast.parse(reference)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise TaskFormatError("reference_syntax", f"{type(e).__name__}: {e}") from None
@@ -78,7 +84,7 @@ def parse_proposal(text: str) -> Proposal:
     if not signature.startswith("def ") or not signature.endswith(":"):
         raise TaskFormatError("bad_signature", f"the def line of {entry_point} must be one line "
                                                f"ending with ':', got {signature[:80]!r}")
-    return Proposal(description, reference, entry_point, signature, inputs, calls)
+    return Proposal(description, reference, entry_point, signature, inputs, calls, imports_added)
 
 
 FRAME_REASONS = frozenset({"missing_section", "no_inputs", "too_few_inputs"})

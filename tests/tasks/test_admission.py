@@ -216,3 +216,11 @@ def test_augmented_inputs_kill_mutants_the_generators_own_miss(sandbox):
     assert verdict(sandbox, p).reason == "weak_examples"
     v = verdict(sandbox, p, config=AUGMENT)
     assert v.valid and v.mutation_score > verdict(sandbox, p).mutation_score
+
+
+def test_a_reference_that_forgot_an_import_is_admitted_with_it(sandbox):
+    p = proposal("def top(s: str) -> str:\n    return Counter(s).most_common(1)[0][0]",
+                 "top('abca')\ntop('zzy')\ntop('qqq')")
+    v = verdict(sandbox, p)
+    assert v.valid, v.reason
+    assert v.task.reference.startswith("from collections import Counter\n")

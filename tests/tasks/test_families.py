@@ -57,6 +57,18 @@ def test_codegen_candidate_is_signature_plus_body_and_runs_as_written(sandbox, s
     assert not sandbox.check(candidate_program(task, "\n    return s", False), task.tests).passed
 
 
+def test_a_codegen_candidate_runs_with_the_imports_it_could_not_write(sandbox, seeds):
+    task = of(seeds, TaskFamily.CODEGEN, "count_vowels")
+    code = candidate_program(task, "    return sum(Counter(s.lower())[v] for v in 'aeiou')\n",
+                             chat=False)
+    assert "import" not in code  # the text trained on is the model's own
+    assert executable(task, code).startswith("from collections import Counter\n")
+    assert not sandbox.check(code, task.tests).passed  # NameError as written
+    assert sandbox.check(executable(task, code), task.tests).passed
+    broken = candidate_program(task, "    return Counter(\n", chat=False)
+    assert executable(task, broken) == broken  # a syntax error runs (and scores) as written
+
+
 def test_repair_prompt_shows_the_buggy_program_and_the_fix_is_graded(sandbox, seeds):
     task = of(seeds, TaskFamily.REPAIR)
     prompt = solver_prompt(FEWSHOT, task, seeds, 1)

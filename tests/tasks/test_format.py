@@ -97,3 +97,10 @@ def test_a_call_may_run_over_several_lines():
     unclosed = GOOD.replace("double(-1)\ndouble(2)", "double(\n" + "1\n" * 20)
     with pytest.raises(TaskFormatError, match="too_few_inputs"):
         parse_proposal(unclosed)
+
+
+def test_the_reference_gets_the_imports_it_forgot_and_its_signature_stays_right():
+    p = parse_proposal(GOOD.replace("return 2 * x", "return 2 * max(Counter([x]))"))
+    assert p.imports_added == 1 and p.reference.startswith("from collections import Counter\n")
+    assert p.signature == "def double(x: int) -> int:"
+    assert parse_proposal(GOOD).imports_added == 0

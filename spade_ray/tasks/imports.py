@@ -1,0 +1,86 @@
+"""The imports a program forgot: standard-library names it uses and never binds.
+
+A small model writes `Counter(s)` or `@lru_cache` without the import about as often as it writes
+a wrong algorithm, and LeetCode's Python environment pre-imports these modules for the same
+reason. A generated reference gets the one import line per missing name in its text
+(format.parse_proposal), so the task's program is complete as stored and as shown to the
+solver. A solver's code or repair candidate gets them in the program the sandbox runs
+(families.executable), not in the text it is trained on: a base model's prompt ends with the
+signature, so it has no place above it to write an import. HumanEval programs are run as
+written.
+
+Only names that the program loads and binds nowhere (no assignment, parameter, def, import,
+loop or comprehension target of that name anywhere in it) are added, each from a fixed table of
+unambiguous standard-library names within admission's ALLOWED_IMPORTS. A name of a different
+meaning (`count`, `e`, `repeat`) is not in the table: guessing it would change a program, not
+complete it.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+# name -> the module it is taken from ("" for a module used by its own name: `math.sqrt`)
+_FROM = {
+    "collections": ("Counter", "defaultdict", "deque", "OrderedDict", "namedtuple", "ChainMap"),
+    "functools": ("cache", "lru_cache", "reduce", "partial", "cmp_to_key"),
+    "itertools": ("permutations", "combinations", "combinations_with_replacement", "product",
+                  "accumulate", "groupby", "zip_longest", "islice", "starmap", "pairwise"),
+    "heapq": ("heappush", "heappop", "heapify", "heappushpop", "heapreplace", "nlargest",
+              "nsmallest"),
+    "bisect": ("bisect_left", "bisect_right", "insort", "insort_left", "insort_right"),
+    "math": ("gcd", "lcm", "sqrt", "isqrt", "factorial", "comb", "perm", "ceil", "floor",
+             "log2", "log10", "prod", "inf"),
+    "typing": ("List", "Dict", "Tuple", "Set", "Optional", "Any", "Union", "Iterable",
+               "Sequence"),
+    "string": ("ascii_lowercase", "ascii_uppercase", "ascii_letters", "digits", "punctuation"),
+}
+MODULES = ("math", "itertools", "functools", "collections", "string", "re", "heapq", "bisect",
+           "operator", "typing", "fractions", "statistics")
+KNOWN = {name: module for module, names in _FROM.items() for name in names} | \
+    {module: "" for module in MODULES}
+
+
+def missing_imports(tree: ast.Module) -> list[str]:
+    """The import lines for the table's names that `tree` loads and never binds, in order of
+    first use."""
+    bound, loaded = set(dir(builtins)), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                loaded.append(node.id)
+            else:
+                bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    lines = []
+    for name in dict.fromkeys(loaded):
+        if name in KNOWN and name not in bound:
+            lines.append(f"from {KNOWN[name]} import {name}" if KNOWN[name] else
+                         f"import {name}")
+    return lines
+
+
+def with_missing_imports(source: str) -> tuple[str, int]:
+    """`source` with the import lines it lacks, placed after its docstring and `__future__`
+    imports, and how many there were."""
+    tree = ast.parse(source)
+    lines = missing_imports(tree)
+    if not lines:
+        return source, 0
+    head = 0
+    for node in tree.body:
+        if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                or isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            break
+        head = node.end_lineno
+    source_lines = source.splitlines(keepends=True)
+    return "".join([*source_lines[:head], *(line + "\n" for line in lines),
+                    *source_lines[head:]]), len(lines)
