@@ -74,7 +74,7 @@ def main() -> None:
     root = args.root or Path(tempfile.mkdtemp(prefix="bench-overlap-"))
     root.mkdir(parents=True, exist_ok=True)
     results = {}
-    for name, extra in (("sequential", []), ("overlap", ["loop.overlap=true"])):
+    for name, extra in (("sequential", ["loop.overlap=false"]), ("overlap", ["loop.overlap=true"])):
         rows = run(root, name, args.experiment, args.rounds, [*args.overrides, *extra])
         for r in rows:
             print(f"{name} round {r['round']}: wall {r['wall_s']:.0f} s, "

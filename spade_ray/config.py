@@ -84,6 +84,8 @@ class LoopConfig:
     rounds: int = 1
     tasks_per_round: int = 4
     replay_tasks_per_round: int = 0
+    replay_archive_share: float = 0.5  # of the replayed tasks, at most this share (rounded up)
+    # from this run's archive of generated tasks, the newest first; seeds fill the rest
     chunk_size: int = 2
     candidates: int = 4
     few_shot: int = 2  # solved examples in a solver prompt
@@ -216,6 +218,9 @@ def validate_loop(cfg: DictConfig | dict) -> LoopConfig:
             raise ValueError(f"loop.{name} must be >= 1, got {getattr(loop, name)}")
     if not loop.topics:
         raise ValueError("loop.topics is empty: list at least one topic")
+    if not 0.0 <= loop.replay_archive_share <= 1.0:
+        raise ValueError(f"loop.replay_archive_share must be in [0, 1], got "
+                         f"{loop.replay_archive_share}")
     families = [str(f) for f in TaskFamily]
     wrong = [f for f in loop.families if f not in families]
     if wrong or not loop.families:

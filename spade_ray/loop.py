@@ -81,7 +81,8 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     started_from = run.trainer.carry(state) if run.trainer is not None else state
     injected = [t for t in run.seeds if t.task_id in state.inject]  # after a collapse alarm
     replay, cursor = stages.replay_tasks(run.seeds, state.archive, state.replay_cursor,
-                                         run.loop.replay_tasks_per_round)
+                                         run.loop.replay_tasks_per_round,
+                                         run.loop.replay_archive_share)
     solve_execute_score(run, record, budget, [*injected, *(t for t in replay
                                                            if t.task_id not in state.inject)],
                         generated=False)

@@ -159,6 +159,7 @@ def test_reading_the_config_schema_loads_neither_ray_nor_torch():
     ({"control": {"band_low": 0.8}}, "band_low < band_high"),
     ({"overlap": True, "max_staleness": 0}, "with loop.overlap it must be >= 1"),
     ({"max_staleness": -1}, "loop.max_staleness=-1: a version count"),
+    ({"replay_archive_share": 1.5}, "loop.replay_archive_share must be in \\[0, 1\\]"),
 ])
 def test_a_bad_self_play_setting_is_named(loop, message):
     with pytest.raises(ValueError, match=message):

@@ -21,6 +21,10 @@ def test_replay_takes_the_newest_generated_tasks_first_then_rotates_the_seeds():
     chosen, cursor = stages.replay_tasks(seeds, [], cursor=1, count=3)
     assert ids(chosen) == ["s1", "s2", "s3"] and cursor == 4
     assert stages.replay_tasks(seeds, archive, 0, 0) == ([], 0)
+    chosen, cursor = stages.replay_tasks(seeds, archive, 0, 4, archive_share=0.75)
+    assert ids(chosen) == ["a2", "a1", "a0", "s0"] and cursor == 1
+    chosen, _ = stages.replay_tasks(seeds, archive, 0, 4, archive_share=0.0)
+    assert ids(chosen) == ["s0", "s1", "s2", "s3"]
 
 
 def test_archive_keeps_the_last_distinct_tasks():
