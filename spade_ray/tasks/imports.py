@@ -1,7 +1,7 @@
 """The imports a program forgot: standard-library names it uses and never binds.
 
-A small model writes `Counter(s)` or `@lru_cache` without the import about as often as it writes
-a wrong algorithm, and LeetCode's Python environment pre-imports these modules for the same
+A small model writes `Counter(s)` or `@cache` without the import (a `make run`'s rejected
+references had both), and LeetCode's Python environment pre-imports these modules for the same
 reason. A generated reference gets the one import line per missing name in its text
 (format.parse_proposal), so the task's program is complete as stored and as shown to the
 solver. A solver's code or repair candidate gets them in the program the sandbox runs
