@@ -69,7 +69,7 @@ def test_malformed_generator_output_is_counted_not_fatal(tiny_run):
     reasons = {reason for r in rounds for reason, _ in r["rejection_reasons"]}
     assert reasons and reasons <= {"missing_section", "reference_syntax", "no_function",
                                    "no_inputs", "too_few_inputs", "input_calls_unknown_function",
-                                   "input_arity", "bad_signature"}
+                                   "input_arity"}
     db = sqlite3.connect(run_dir / "trace.sqlite")
     rows = db.execute("SELECT family, outcome, reward FROM generator_inputs").fetchall()
     assert len(rows) == 16 and {f for f, _, _ in rows} == {"codegen", "repair", "predict"}

@@ -80,10 +80,7 @@ def parse_proposal(text: str) -> Proposal:
     if not functions:
         raise TaskFormatError("no_function", "the reference defines no top-level function")
     entry_point, calls, inputs = _inputs(sections["Inputs"], functions)
-    signature = reference.splitlines()[functions[entry_point].lineno - 1].rstrip()
-    if not signature.startswith("def ") or not signature.endswith(":"):
-        raise TaskFormatError("bad_signature", f"the def line of {entry_point} must be one line "
-                                               f"ending with ':', got {signature[:80]!r}")
+    signature = _signature(reference, functions[entry_point])
     return Proposal(description, reference, entry_point, signature, inputs, calls, imports_added)
 
 
@@ -125,6 +122,18 @@ def render_proposal(description: str, reference: str, calls: tuple[str, ...]) ->
 def call_text(entry_point: str, args: tuple[Any, ...]) -> str:
     """A call as the prompts show it: `f(1, 'a')`."""
     return f"{entry_point}({', '.join(map(repr, args))})"
+
+
+def _signature(reference: str, node: ast.FunctionDef) -> str:
+    """The entry point's def line as written when it is one line ending with ':', else the
+    same header on one line (a def over several lines, Black's style for long signatures, or one
+    with a comment after its colon): the solver's prompt ends with it, and a candidate is it
+    plus the lines the model writes below."""
+    line = reference.splitlines()[node.lineno - 1].rstrip()
+    if line.startswith("def ") and line.endswith(":"):
+        return line
+    returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
+    return f"def {node.name}({ast.unparse(node.args)}){returns}:"
 
 
 def _sections(text: str) -> dict[str, str]:
