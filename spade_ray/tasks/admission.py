@@ -58,10 +58,9 @@ from spade_ray.records import (
 )
 from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.format import Proposal
+from spade_ray.tasks.imports import ALLOWED_IMPORTS
 from spade_ray.tasks.mutation import mutants
 
-ALLOWED_IMPORTS = frozenset({"math", "itertools", "functools", "collections", "string", "re",
-                             "heapq", "bisect", "operator", "typing", "fractions", "statistics"})
 FORBIDDEN_NAMES = frozenset({"open", "input", "print", "eval", "exec", "compile", "__import__",
                              "globals", "locals", "vars", "breakpoint", "id", "hash", "exit",
                              "quit", "help", "memoryview", "setattr", "delattr"})

@@ -61,7 +61,6 @@ class Proposal:
     signature: str  # the entry point's def line, e.g. "def add(a: int, b: int) -> int:"
     inputs: tuple[tuple[Any, ...], ...]  # argument tuples, distinct, in the order written
     calls: tuple[str, ...]  # the input lines as written (inputs[i] is calls[i] evaluated)
-    imports_added: int = 0  # import lines the reference lacked (tasks/imports.py)
 
 
 def parse_proposal(text: str) -> Proposal:
@@ -72,7 +71,7 @@ def parse_proposal(text: str) -> Proposal:
     description = " ".join(sections["Description"].split())
     reference = sections["Reference"].strip("\n") + "\n"
     try:
-        reference, imports_added = with_missing_imports(reference)
+        reference = with_missing_imports(reference)[0]
         tree = ast.parse(reference)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise TaskFormatError("reference_syntax", f"{type(e).__name__}: {e}") from None
@@ -81,7 +80,7 @@ def parse_proposal(text: str) -> Proposal:
         raise TaskFormatError("no_function", "the reference defines no top-level function")
     entry_point, calls, inputs = _inputs(sections["Inputs"], functions)
     signature = _signature(reference, functions[entry_point])
-    return Proposal(description, reference, entry_point, signature, inputs, calls, imports_added)
+    return Proposal(description, reference, entry_point, signature, inputs, calls)
 
 
 FRAME_REASONS = frozenset({"missing_section", "no_inputs", "too_few_inputs"})

@@ -11,7 +11,7 @@ written.
 
 Only names that the program loads and binds nowhere (no assignment, parameter, def, import,
 loop or comprehension target of that name anywhere in it) are added, each from a fixed table of
-unambiguous standard-library names within admission's ALLOWED_IMPORTS. A name of a different
+unambiguous standard-library names within ALLOWED_IMPORTS. A name of a different
 meaning (`count`, `e`, `repeat`) is not in the table: guessing it would change a program, not
 complete it.
 """
@@ -36,10 +36,11 @@ _FROM = {
                "Sequence"),
     "string": ("ascii_lowercase", "ascii_uppercase", "ascii_letters", "digits", "punctuation"),
 }
-MODULES = ("math", "itertools", "functools", "collections", "string", "re", "heapq", "bisect",
-           "operator", "typing", "fractions", "statistics")
+# the modules a task's program may import (admission rejects any other as forbidden:<name>)
+ALLOWED_IMPORTS = frozenset({"math", "itertools", "functools", "collections", "string", "re",
+                             "heapq", "bisect", "operator", "typing", "fractions", "statistics"})
 KNOWN = {name: module for module, names in _FROM.items() for name in names} | \
-    {module: "" for module in MODULES}
+    {module: "" for module in sorted(ALLOWED_IMPORTS)}
 
 
 def missing_imports(tree: ast.Module) -> list[str]:

@@ -4,8 +4,7 @@ import ast
 
 import pytest
 
-from spade_ray.tasks.admission import ALLOWED_IMPORTS
-from spade_ray.tasks.imports import KNOWN, missing_imports, with_missing_imports
+from spade_ray.tasks.imports import ALLOWED_IMPORTS, KNOWN, missing_imports, with_missing_imports
 
 
 def test_unbound_names_get_their_import_in_order_of_first_use():
