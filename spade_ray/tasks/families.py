@@ -90,6 +90,6 @@ def executable(task: Task, code: str) -> str:
     if task.family is TaskFamily.PREDICT:
         return f"import ast\n\n\ndef {PREDICT_ENTRY}():\n    return ast.literal_eval({code!r})\n"
     try:
-        return with_missing_imports(code)[0]
+        return with_missing_imports(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return code

@@ -71,7 +71,7 @@ def parse_proposal(text: str) -> Proposal:
     description = " ".join(sections["Description"].split())
     reference = sections["Reference"].strip("\n") + "\n"
     try:
-        reference = with_missing_imports(reference)[0]
+        reference = with_missing_imports(reference)
         tree = ast.parse(reference)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise TaskFormatError("reference_syntax", f"{type(e).__name__}: {e}") from None

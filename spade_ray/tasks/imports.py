@@ -69,13 +69,13 @@ def missing_imports(tree: ast.Module) -> list[str]:
     return lines
 
 
-def with_missing_imports(source: str) -> tuple[str, int]:
+def with_missing_imports(source: str) -> str:
     """`source` with the import lines it lacks, placed after its docstring and `__future__`
-    imports, and how many there were."""
+    imports."""
     tree = ast.parse(source)
     lines = missing_imports(tree)
     if not lines:
-        return source, 0
+        return source
     head = 0
     for node in tree.body:
         if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
@@ -84,4 +84,4 @@ def with_missing_imports(source: str) -> tuple[str, int]:
         head = node.end_lineno
     source_lines = source.splitlines(keepends=True)
     return "".join([*source_lines[:head], *(line + "\n" for line in lines),
-                    *source_lines[head:]]), len(lines)
+                    *source_lines[head:]])
