@@ -19,9 +19,10 @@ literals: numbers, strings, bytes, None, booleans, lists, tuples, dicts, sets), 
 named by the function's parameters (bound to their positions); a call may run over several
 lines, as Python allows. The Inputs section ends at the first line that is not such a call, so
 a model that rambles on after its last input still wrote a task; a call with the wrong number of
-arguments is skipped, and section headers match in any case. The one repair: the import of a
+arguments is skipped, and section headers match in any case. Two repairs: the import of a
 standard-library name the reference uses and never binds (`Counter`, `lru_cache`) is added
-(tasks/imports.py). Parsing is strict about everything else and says what is wrong with a short,
+(tasks/imports.py), and calls of a name a one-function reference does not define call that
+function. Parsing is strict about everything else and says what is wrong with a short,
 countable reason; it never guesses code.
 """
 
@@ -60,7 +61,8 @@ class Proposal:
     entry_point: str
     signature: str  # the entry point's def line, e.g. "def add(a: int, b: int) -> int:"
     inputs: tuple[tuple[Any, ...], ...]  # argument tuples, distinct, in the order written
-    calls: tuple[str, ...]  # the input lines as written (inputs[i] is calls[i] evaluated)
+    calls: tuple[str, ...]  # the input lines as written (inputs[i] is calls[i] evaluated;
+    # a call of another name than entry_point is written as call_text does)
 
 
 def parse_proposal(text: str) -> Proposal:
@@ -151,24 +153,29 @@ def _sections(text: str) -> dict[str, str]:
 def _inputs(section: str, functions: dict[str, ast.FunctionDef]
             ) -> tuple[str, tuple[str, ...], tuple[tuple[Any, ...], ...]]:
     """The entry point and the distinct calls of it, up to the first line that is not a call;
-    a call with a number of arguments the function does not take is skipped."""
-    entry_point, calls, inputs, wrong_arity = None, [], [], 0
+    a call with a number of arguments the function does not take is skipped. Calls of a name
+    the reference does not define are calls of its function when it defines only one (a small
+    model often shortens or changes the name it just wrote: `max_of` for `max_of_duplicates`);
+    the calls kept then name that function (written as call_text does), by either name."""
+    entry_point, called, calls, inputs, wrong_arity = None, None, [], [], 0
     lines, i = [line.strip() for line in section.splitlines()], 0
     while i < len(lines):
         line, parsed, i = _next_call(lines, i)
-        if parsed is None or (entry_point is not None and parsed[0] != entry_point):
+        if parsed is None or (called is not None and parsed[0] not in (called, entry_point)):
             break
         name, args, named = parsed
-        if name not in functions:
-            raise TaskFormatError("input_calls_unknown_function",
-                                  f"{line[:80]!r} calls {name}, which the reference does not "
-                                  f"define")
-        entry_point = name
-        args = _bind(functions[name], args, named)
-        if args is None or not _arity_fits(functions[name], args):
+        if called is None:
+            if name not in functions and len(functions) > 1:
+                raise TaskFormatError("input_calls_unknown_function",
+                                      f"{line[:80]!r} calls {name}, which the reference (of "
+                                      f"{len(functions)} functions) does not define")
+            called, entry_point = name, name if name in functions else next(iter(functions))
+        function = functions[entry_point]
+        args = _bind(function, args, named)
+        if args is None or not _arity_fits(function, args):
             wrong_arity += 1
         elif args not in inputs:
-            calls.append(line)
+            calls.append(line if name == entry_point else call_text(entry_point, args))
             inputs.append(args)
         if len(inputs) == MAX_INPUTS:
             break

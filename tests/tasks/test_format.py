@@ -33,6 +33,16 @@ def test_calls_with_the_wrong_arity_are_skipped_and_headers_match_in_any_case():
     assert parse_proposal(text).inputs == ((2,), (-1,))
 
 
+def test_calls_of_another_name_call_a_one_function_reference():
+    # the model wrote max_of_duplicates, then called max_of (from a make run's trace)
+    text = GOOD.replace("double(2)\ndouble(-1)\ndouble(2)",
+                        "twice(2)\ntwice(x=-1)\ntwice(2)\ndouble(3)\ntwice(4)")
+    p = parse_proposal(text)
+    assert (p.entry_point, p.inputs) == ("double", ((2,), (-1,), (3,), (4,)))
+    assert p.calls == ("double(2)", "double(-1)", "double(3)", "double(4)")
+    assert parse_proposal(render_proposal(p.description, p.reference, p.calls)) == p
+
+
 def test_helper_functions_are_allowed_and_the_inputs_name_the_entry_point():
     text = GOOD.replace("def double", "def _twice(x):\n    return x + x\n\ndef double")
     assert parse_proposal(text).entry_point == "double"
@@ -44,8 +54,8 @@ def test_helper_functions_are_allowed_and_the_inputs_name_the_entry_point():
     (GOOD.replace("def double(x: int) -> int:\n    return 2 * x", "x = 1"), "no_function"),
     (GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", "double(y)"), "no_inputs"),
     (GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", "double(2)"), "too_few_inputs"),
-    (GOOD.replace("double(2)\ndouble(-1)", "triple(2)\ntriple(3)"),
-     "input_calls_unknown_function"),
+    (GOOD.replace("def double", "def _twice(x):\n    return x + x\n\ndef double")
+     .replace("double(2)\ndouble(-1)", "triple(2)\ntriple(3)"), "input_calls_unknown_function"),
     (GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", "double(1, 2)\ndouble(3)"),
      "input_arity"),
 ])
