@@ -59,6 +59,7 @@ from spade_ray.tasks.control import (
     learnable,
     level_label,
     next_level,
+    solver_hints,
     target_pass_rate,
 )
 from spade_ray.tasks.demonstrations import seed_demonstrations
@@ -83,14 +84,16 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     replay, cursor = stages.replay_tasks(run.seeds, state.archive, state.replay_cursor,
                                          run.loop.replay_tasks_per_round,
                                          run.loop.replay_archive_share)
+    hints = solver_hints(state.control_level, run.generation.admission.visible_examples,
+                         run.control)
     solve_execute_score(run, record, budget, [*injected, *(t for t in replay
                                                            if t.task_id not in state.inject)],
-                        generated=False)
+                        generated=False, hints=hints)
     solving = True  # until a cap is reached; a chunk already generated is still recorded
     for chunk in generated_chunks(run, record, budget, known, state,
                                   keep_going=lambda: solving):
         solving = solving and not budget.exhausted(record) and solve_execute_score(
-            run, record, budget, chunk.valid_tasks, generated=True)
+            run, record, budget, chunk.valid_tasks, generated=True, hints=hints)
         record.rewarded(stages.reward_generator(
             chunk, record.task_pass_rates, run.loop.generator_reward, record.index,
             record.generator_outputs, record.versions.solver,
@@ -107,7 +110,8 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     metrics = record.metrics(pass_at_1_served, len(run.validation_problems), outcome,
                              budget.meters, budget.elapsed_s(),
                              band=(control.band_low, control.band_high),
-                             level=state.control_level, tiers=tiers, injected=len(injected),
+                             level=state.control_level, hints=hints, tiers=tiers,
+                             injected=len(injected),
                              engine_busy_s=run.engine_busy_s() - busy_before)
     metrics = dataclasses.replace(metrics, warm_start=state.warm_start)
     archive = stages.update_archive(state.archive, record.new_tasks, run.loop.archive_size)
@@ -214,11 +218,12 @@ def generated_chunks(run: Run, record: RoundRecord, budget: Budget, known: list[
 
 
 def solve_execute_score(run: Run, record: RoundRecord, budget: Budget, tasks: Sequence[Task],
-                        generated: bool) -> bool:
-    """Solve `tasks` (K candidates each), execute the candidates, score them, record it all;
-    `generated`: the tasks are this round's new ones. False when a cap stopped it."""
+                        generated: bool, hints: int | None = None) -> bool:
+    """Solve `tasks` (K candidates each, `hints` examples shown), execute the candidates, score
+    them, record it all; `generated`: the tasks are this round's new ones. False when a cap
+    stopped it."""
     def step() -> None:
-        solutions = run.solving.solve(tasks, record.index, budget.solver)
+        solutions = run.solving.solve(tasks, record.index, budget.solver, hints=hints)
         started = time.monotonic()
         checks = stages.execute(run.executor, solutions, run.limits)
         scored = stages.score(solutions, checks, run.loop.pair_margin,

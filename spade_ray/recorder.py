@@ -200,7 +200,7 @@ class RoundRecord:
 
     def metrics(self, validation_pass_at_1: float | None, validation_problems: int,
                 outcome: LearnOutcome | None, meters: dict[str, TokenMeter], wall_s: float,
-                band: tuple[float, float] = (), level: int = 0,
+                band: tuple[float, float] = (), level: int = 0, hints: int | None = None,
                 tiers: tuple[tuple[str, float], ...] = (), injected: int = 0,
                 engine_busy_s: float = 0.0) -> RoundMetrics:
         self.progress.close()  # the round's stages are done; its line follows
@@ -227,7 +227,7 @@ class RoundRecord:
             family_pairs=tuple(sorted(self.family_pairs.items())),
             topic_tasks=tuple(sorted(collections.Counter(t.topic for t in self.new_tasks)
                                      .items())),
-            difficulty_band=tuple(band), control_level=level,
+            difficulty_band=tuple(band), control_level=level, solver_hints=hints,
             generator_difficulty=1 - sum(generated) / len(generated) if generated else None,
             task_diversity=task_diversity(self.new_tasks), hard_tasks_injected=injected,
             validation_tiers=tiers,
@@ -255,11 +255,13 @@ def round_line(m: RoundMetrics) -> str:
 
 
 def _control_part(m: RoundMetrics) -> str:
-    """The controller's level, the band the new-task pass rate is held in, and any alarm."""
+    """The controller's level, the band the new-task pass rate is held in, the examples the
+    solver was shown (the hint lever), and any alarm."""
     if not m.difficulty_band:
         return ""
     low, high = m.difficulty_band
-    part = f" | level {m.control_level:+d} (band {low:.1f}-{high:.1f})"
+    hints = "" if m.solver_hints is None else f", {m.solver_hints} examples shown"
+    part = f" | level {m.control_level:+d} (band {low:.1f}-{high:.1f}{hints})"
     if m.collapse_alarm:
         part += " | COLLAPSE ALARM" + ("" if m.generator_rollback is None
                                        else f", rolled back to v{m.generator_rollback}")

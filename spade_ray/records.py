@@ -439,6 +439,7 @@ class RoundMetrics:
     # (1 - mean pairwise similarity), the collapse evidence, and what an alarm did
     difficulty_band: tuple[float, ...] = ()
     control_level: int = 0
+    solver_hints: int | None = None  # examples codegen/repair prompts showed (None: visible)
     generator_difficulty: float | None = None
     task_diversity: float | None = None
     collapse_evidence: tuple[str, ...] = ()

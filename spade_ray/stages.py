@@ -188,8 +188,12 @@ class Solving:
     few_shot: int
     examples: tuple[Task, ...]  # solved tasks shown in the prompt (the same family's)
 
-    def solve(self, tasks: Sequence[Task], round_index: int, meter: TokenMeter) -> Solutions:
-        prompts = [solver_prompt(self.templates, t, list(self.examples), self.few_shot)
+    def solve(self, tasks: Sequence[Task], round_index: int, meter: TokenMeter,
+              hints: int | None = None) -> Solutions:
+        """`hints`: the examples codegen and repair prompts show (None: each task's visible
+        ones; families.shown_examples)."""
+        prompts = [solver_prompt(self.templates, t, list(self.examples), self.few_shot,
+                                 hints=hints)
                    for t in tasks]
         started = time.monotonic()
         sample = _sample(self.engines, prompts, self.sampling, meter)

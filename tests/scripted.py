@@ -34,7 +34,7 @@ LIMITS = Limits(timeout_s=5, cpu_s=5, memory_mb=256)
 class Script:
     """What the scripted models write. Healthy: the next unused seed program (distinct,
     varied); collapsed: `x + n`, one near-copy after another. The solver gets two of its four
-    candidates right on a healthy task and all four on a trivial one."""
+    candidates right on a healthy task and all four on a trivial one (predict: it answers k)."""
 
     def __init__(self, healthy_programs):
         self.healthy = iter(healthy_programs)
@@ -55,6 +55,8 @@ class Script:
         return render_proposal(description, reference, calls)
 
     def candidate(self, prompt: str, k: int) -> str:
+        if "### Task\n" not in prompt:  # a predict task (a replayed seed): answer k
+            return f"{k}\n"
         description = prompt.rsplit("### Task\n", 1)[1].split("\n", 1)[0]
         reference = self.references[description]
         body = reference.split(":\n", 1)[1]  # after the signature the prompt ends with
@@ -142,7 +144,8 @@ class ScriptedTrainer:
             engines.update_weights(weights, self.version)
 
 
-def run_scripted(sandbox, tmp_path, learns: str, rounds: int = 5, trainer=None, **loop_keys):
+def run_scripted(sandbox, tmp_path, learns: str, rounds: int = 5, trainer=None,
+                 control: ControlConfig = ControlConfig(inject_hard=2), **loop_keys):
     """Rounds of the scripted models on the real loop; `trainer` (a ScriptedTrainer) carries
     over from an earlier call, as a resumed run's learner does."""
     proposals = [p for _, p in load_seed_proposals()]
@@ -169,7 +172,7 @@ def run_scripted(sandbox, tmp_path, learns: str, rounds: int = 5, trainer=None, 
                                SamplingParams(n=4), 1, seeds),
         executor=sandbox, limits=LIMITS, loop=config, validation=ValidationConfig(problems=0),
         validation_problems=(), seeds=seeds, trainer=trainer,
-        control=ControlConfig(inject_hard=2))
+        control=control)
     try:
         return loop.run_rounds(run), trainer, generator
     finally:

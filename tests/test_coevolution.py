@@ -2,9 +2,14 @@
 a generator whose learnt weights collapse into near-identical trivial tasks, and one that stays
 healthy."""
 
+import json
+import re
+import sqlite3
+
 import pytest
 
 from spade_ray.execution import Sandbox
+from spade_ray.tasks.control import ControlConfig
 from tests.scripted import LIMITS, run_scripted
 
 ROUNDS = 5
@@ -39,3 +44,23 @@ def test_a_healthy_generator_never_raises_the_alarm(sandbox, tmp_path):
     assert trainer.rollbacks == [] and all(m.tasks_valid > 0 for m in metrics)
     assert all(m.difficulty_band == (0.3, 0.7) for m in metrics)
     assert all(0.3 <= m.new_task_pass_rate <= 0.7 for m in metrics)
+
+
+def test_the_hint_lever_shows_the_solver_fewer_examples_as_tasks_get_too_easy(sandbox, tmp_path):
+    # the collapsed generator's tasks are solved every time: the level rises, the hints fall
+    # (in the prompts of the replayed seeds too: their pairs show it)
+    metrics, _, _ = run_scripted(sandbox, tmp_path, learns="collapsed", rounds=3,
+                                 control=ControlConfig(hint_step=1, collapse_detection=False),
+                                 replay_tasks_per_round=2)
+    assert [m.control_level for m in metrics] == [0, 0, 1]  # round 0 serves healthy weights
+    assert [m.solver_hints for m in metrics] == [2, 2, 1]
+    db = sqlite3.connect(tmp_path / "trace.sqlite")
+    shown = {}  # round -> examples shown of the task each pair's prompt asks
+    for round_index, prompt in db.execute("SELECT round, prompt FROM pairs WHERE role='solver'"):
+        if "### Task\n" in prompt:  # codegen and repair (predict shows one call)
+            task = re.split("### (?:Solution|Buggy)", prompt.rsplit("### Task\n", 1)[1])[0]
+            shown.setdefault(round_index, set()).add(len(re.findall(r"^\w+\(.*\) == ", task,
+                                                                    re.MULTILINE)))
+    assert shown[0] == shown[1] == {2} and shown[2] == {1}
+    assert json.loads(db.execute("SELECT metrics FROM rounds WHERE round=2").fetchone()[0])[
+        "solver_hints"] == 1

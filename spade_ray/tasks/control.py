@@ -6,12 +6,15 @@ prompts, the replayed tasks, the trainer's rollback) and records them with their
 
 - Difficulty (`next_level`): a level in -max..+max moves one step per round towards the band
   (default 30-70% pass rate, the seed's figure): above the band it rises (harder), below it
-  falls. Three levers act on it: the few-shot programs are the known tasks whose measured
+  falls. Four levers act on it: the few-shot programs are the known tasks whose measured
   pass rate is closest to the level's target (`target_pass_rate`); every program in the
   generator prompt, theirs and the one asked for, carries a difficulty label
   (`difficulty_label`: a base model continues a labelled document, so the label is the
-  instruction it can follow); and the families whose tasks the solver passes at about the
-  target rate get more of the round's prompts (`family_weights`).
+  instruction it can follow); the families whose tasks the solver passes at about the
+  target rate get more of the round's prompts (`family_weights`); and, on the solver's side,
+  codegen and repair prompts show more of a task's examples below level 0, fewer above it
+  (`solver_hints`, off unless `hint_step` > 0: the task stays the same, its statement says
+  more). bench/solver_pass_rate.py --hints measures the last.
 - Diversity: prompting.topic_schedule gives each topic an even quota per round, rotated, and
   skips a topic already over `max_topic_share` fair shares of the admitted tasks until the
   others catch up (forced switching). Exact and near-duplicates are rejected at admission
@@ -51,6 +54,10 @@ class ControlConfig:
     exemplars_by_difficulty: bool = True  # few-shot programs chosen by measured pass rate
     families_by_difficulty: bool = True  # more prompts for the families nearest the target
     difficulty_labels: bool = True  # label the programs in the generator prompt
+    # the hint lever: codegen and repair prompts show a task's visible examples at level 0,
+    # `hint_step` more per level below it (easier), as many fewer per level above it (harder);
+    # 0 turns it off (families.shown_examples never shows more than half of the examples)
+    hint_step: int = 0
     max_topic_share: float = 2.0  # a topic over this many fair shares of the archive is skipped
     collapse_detection: bool = True
     rollback: bool = True  # on an alarm, serve the last good weights again (with a learner)
@@ -69,10 +76,11 @@ class ControlConfig:
         if not 0 <= self.band_low < self.band_high <= 1:
             raise ValueError(f"control band must satisfy 0 <= band_low < band_high <= 1, got "
                              f"{self.band_low}..{self.band_high}")
-        if self.max_level < 0 or self.inject_hard < 0 or self.max_topic_share < 1:
-            raise ValueError("control: max_level and inject_hard must be >= 0 and "
+        if self.max_level < 0 or self.inject_hard < 0 or self.hint_step < 0 \
+                or self.max_topic_share < 1:
+            raise ValueError("control: max_level, inject_hard and hint_step must be >= 0 and "
                              f"max_topic_share >= 1, got {self.max_level}, {self.inject_hard}, "
-                             f"{self.max_topic_share}")
+                             f"{self.hint_step}, {self.max_topic_share}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +136,15 @@ def family_weights(families: Sequence[str], tasks: Sequence[Task],
             rates.setdefault(str(task.family), []).append(pass_rates[task.task_id])
     means = {f: sum(r) / len(r) for f, r in rates.items()}
     return [1 / (0.1 + abs(means.get(str(f), 0.5) - target)) for f in families]
+
+
+def solver_hints(level: int, visible: int, config: ControlConfig) -> int | None:
+    """The examples codegen and repair prompts show at `level`: `visible` (admission's count)
+    at level 0, `hint_step` more per level below it, as many fewer per level above it, none at
+    the least; None (each task's visible ones) with the lever off."""
+    if config.hint_step == 0:
+        return None
+    return max(0, visible - level * config.hint_step)
 
 
 def difficulty_label(pass_rate: float | None) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from spade_ray.execution import canonical
-from spade_ray.records import Task, TaskFamily
+from spade_ray.records import IOExample, Task, TaskFamily
 from spade_ray.tasks.admission import PREDICT_ENTRY
 from spade_ray.tasks.format import call_text
 from spade_ray.tasks.imports import with_missing_imports
@@ -29,24 +29,39 @@ _CODE_BLOCK = re.compile(r"```(?:python)?\n(.*?)(?:```|$)", re.DOTALL)
 
 
 def solver_prompt(templates: dict[str, PromptTemplate], task: Task, examples: list[Task],
-                  shots: int, tokenizer=None) -> str:
+                  shots: int, tokenizer=None, hints: int | None = None) -> str:
     """The prompt of `task`'s family, with the first `shots` examples of the same family other
-    than the task itself (a replayed seed task must not show its own solution)."""
+    than the task itself (a replayed seed task must not show its own solution); `hints`: the
+    examples a codegen or repair prompt shows of each task (`shown_examples`)."""
     chosen = [t for t in examples if t.family == task.family and t.task_id != task.task_id]
-    shown = [{**fields(t), "solution": solution(t)} for t in chosen[:shots]]
-    return render(templates[task.family], shown, tokenizer, **fields(task))
+    shown = [{**fields(t, hints), "solution": solution(t)} for t in chosen[:shots]]
+    return render(templates[task.family], shown, tokenizer, **fields(task, hints))
 
 
-def fields(task: Task) -> dict[str, str]:
+def fields(task: Task, hints: int | None = None) -> dict[str, str]:
     """What a family's template may show of a task."""
     if task.family is TaskFamily.PREDICT:
         shown = shown_call(task, 0)
     else:
-        shown = "\n".join(f"{shown_call(task, i)} == {canonical.decode(e.expected)!r}"
-                          for i, e in enumerate(task.visible))
+        shown = "\n".join(f"{call_text(task.entry_point, canonical.decode(e.args))} == "
+                          f"{canonical.decode(e.expected)!r}"
+                          for e in shown_examples(task, hints))
         shown = f"Examples:\n{shown}" if shown else ""
     return {"description": task.description, "signature": task.signature, "shown": shown,
             "buggy": (task.buggy or "").rstrip(), "program": task.reference.rstrip()}
+
+
+def shown_examples(task: Task, hints: int | None) -> tuple[IOExample, ...]:
+    """The examples a codegen or repair prompt shows: the task's visible ones (None), fewer
+    (a harder task), or more of its examples in order (an easier one: the co-evolution
+    controller's hint lever), never more than half of them, so that most of what grades a
+    candidate that copies the shown outputs stays hidden."""
+    if hints is None:
+        return task.visible
+    if hints <= len(task.visible):
+        return task.visible[:hints]
+    return task.tests.examples[:max(len(task.visible),
+                                    min(hints, len(task.tests.examples) // 2))]
 
 
 def solution(task: Task) -> str:

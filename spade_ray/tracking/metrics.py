@@ -202,8 +202,10 @@ def _control_payload(m: RoundMetrics) -> dict[str, float]:
     if len(m.difficulty_band) == 2:
         payload["tasks/difficulty_band_low"], payload["tasks/difficulty_band_high"] = (
             m.difficulty_band)
+        payload["tasks/control_level"] = m.control_level
     for key, value in (("tasks/diversity", m.task_diversity),
                        ("tasks/generator_difficulty", m.generator_difficulty),
+                       ("tasks/solver_hints", m.solver_hints),
                        ("collapse/rollback_version", m.generator_rollback)):
         if value is not None:
             payload[key] = value

@@ -19,6 +19,7 @@ from spade_ray.tasks.control import (
     hardest,
     learnable,
     next_level,
+    solver_hints,
     target_pass_rate,
     task_diversity,
 )
@@ -54,6 +55,14 @@ def test_the_levels_target_spans_the_band_and_labels_follow_it():
     assert [difficulty_label(t) for t in targets] == [
         "very easy", "easy", "medium", "hard", "very hard"]
     assert difficulty_label(None) == "medium" and difficulty_label(1.0) == "very easy"
+
+
+def test_the_hint_lever_shows_more_examples_below_level_0_and_fewer_above():
+    hinting = ControlConfig(hint_step=2)
+    assert [solver_hints(level, 2, hinting) for level in (-2, -1, 0, 1, 2)] == [6, 4, 2, 0, 0]
+    assert solver_hints(-2, 2, CONFIG) is None  # off by default: each task's visible examples
+    with pytest.raises(ValueError, match="hint_step"):
+        ControlConfig(hint_step=-1)
 
 
 def test_a_band_that_is_not_a_band_is_refused():

@@ -1,5 +1,6 @@
 """Task families on the solver's side: prompts, candidate programs, grading (real sandbox)."""
 
+import dataclasses
 import random
 
 import pytest
@@ -9,7 +10,7 @@ from spade_ray.records import TaskFamily
 from spade_ray.tasks import candidate_program, executable
 from spade_ray.tasks.admission import AdmissionConfig
 from spade_ray.tasks.diversity import most_similar
-from spade_ray.tasks.families import shown_call, solver_prompt
+from spade_ray.tasks.families import shown_call, shown_examples, solver_prompt
 from spade_ray.tasks.format import parse_proposal
 from spade_ray.tasks.prompting import (
     family_schedule,
@@ -44,6 +45,25 @@ def test_codegen_prompt_shows_examples_and_ends_at_the_signature(seeds):
     assert f"Examples:\n{shown_call(task, 0)} == " in prompt.split("### Task")[-1]
     assert task.reference.strip() not in prompt  # a replayed seed never shows its solution
     assert prompt.count("### Task") == 3  # two examples of the same family + the task
+
+
+def test_hints_show_fewer_or_more_examples_but_never_more_than_half(seeds):
+    task = of(seeds, TaskFamily.CODEGEN, "count_vowels")
+    examples = dataclasses.replace(task.tests, examples=task.tests.examples * 3)  # 3x as many
+    task = dataclasses.replace(task, tests=examples)
+    half = len(examples.examples) // 2
+
+    def shown(hints):
+        prompt = solver_prompt(FEWSHOT, task, seeds, 2, hints=hints).split("### Task")[-1]
+        return prompt.count(f"\n{task.entry_point}(")
+
+    assert shown(None) == len(task.visible) == 2
+    assert shown(1) == 1 and shown(0) == 0 and "Examples:" not in solver_prompt(
+        FEWSHOT, task, seeds, 2, hints=0).split("### Task")[-1]
+    assert shown(half - 1) == half - 1 and shown(100) == half
+    assert shown_examples(task, 4) == examples.examples[:4]  # the visible ones, then the next
+    few = of(seeds, TaskFamily.CODEGEN, "reverse_string")
+    assert shown_examples(few, 100) == few.tests.examples[:len(few.tests.examples) // 2]
 
 
 def test_codegen_candidate_is_signature_plus_body_and_runs_as_written(sandbox, seeds):

@@ -176,8 +176,10 @@ def test_wandb_payload_carries_the_control_fields_a_round_has():
     control = dataclasses.replace(
         f.metrics(0), validation_tiers=(("easy", 0.5), ("hard", 0.125)),
         difficulty_band=(0.3, 0.7), task_diversity=0.8, generator_difficulty=0.4,
-        topic_tasks=(("lists", 3),), collapse_alarm=("diversity_low",), generator_rollback=2)
+        topic_tasks=(("lists", 3),), collapse_alarm=("diversity_low",), generator_rollback=2,
+        control_level=-1, solver_hints=4)
     payload = wandb_payload(control)
+    assert payload["tasks/control_level"] == -1 and payload["tasks/solver_hints"] == 4
     assert payload["validation/easy/pass_at_1"] == 0.5
     assert payload["validation/hard/pass_at_1"] == 0.125
     assert (payload["tasks/difficulty_band_low"], payload["tasks/difficulty_band_high"]) == (
@@ -187,8 +189,8 @@ def test_wandb_payload_carries_the_control_fields_a_round_has():
     assert payload["collapse/alarm"] == 1.0 and payload["collapse/rollback_version"] == 2
     quiet = wandb_payload(f.metrics(0))
     assert quiet["collapse/alarm"] == 0.0
-    assert not {"tasks/diversity", "tasks/difficulty_band_low", "collapse/rollback_version"} & set(
-        quiet)
+    assert not {"tasks/diversity", "tasks/difficulty_band_low", "collapse/rollback_version",
+                "tasks/control_level", "tasks/solver_hints"} & set(quiet)
 
 
 def test_wandb_payload_carries_the_warm_start_in_round_0_only():
