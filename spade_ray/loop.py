@@ -1,6 +1,7 @@
 """The self-play loop: `run_rounds()` resumes after the last completed round; `run_round()` is one.
 
     a new run with learner.sft_warmup: fine-tune on the seed pool's demonstrations, gated
+        (training.warm_start)
     for each round:
         tasks = generate(generator, previous tasks); admit the ones execution makes tasks of
         solutions = solve(solver, tasks, K); results = execute(sandbox, solutions)
@@ -38,13 +39,11 @@ from spade_ray.records import (
     LearnOutcome,
     Limits,
     PreferencePair,
-    Role,
     RoundMetrics,
     RoundState,
     Task,
     TrainAlgorithm,
     UpdateStatus,
-    WarmStart,
 )
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.streaming import Ahead
@@ -62,10 +61,9 @@ from spade_ray.tasks.control import (
     solver_hints,
     target_pass_rate,
 )
-from spade_ray.tasks.demonstrations import seed_demonstrations
 from spade_ray.tasks.prompting import family_schedule, topic_schedule
 from spade_ray.tracking import Versions
-from spade_ray.training import Gate, Trainer, Training
+from spade_ray.training import Trainer, Training, warm_start
 
 
 def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, RoundState]:
@@ -286,46 +284,6 @@ def run_rounds(run: Run) -> list[RoundMetrics]:
         metrics, state = run_round(run, index, state)
         run.recorder.complete(metrics, state)
     return run.recorder.all_metrics()
-
-
-def warm_start(run: Run, trainer: Trainer, config: SftWarmup, state: RoundState) -> RoundState:
-    """The SFT warm start of a new run (learner.sft_warmup): the seed pool's demonstrations,
-    trained on, served, validated and gated like an update; what it did goes into round 0's
-    metrics. A run killed before round 0 completes starts again from the base weights and
-    warm-starts again (nothing of it was recorded as complete)."""
-    started = time.monotonic()
-    templates = {**run.solving.templates, "generator": run.generation.template}
-    demonstrations = seed_demonstrations(run.seeds, templates, run.loop.few_shot,
-                                         run.loop.generator_few_shot,
-                                         [Role(r) for r in config.roles], run.loop.seed)
-    gate = Gate(config.gate_tolerance, config.gate_logp_tolerance)
-    published, stats = trainer.warm_start(demonstrations, config.epochs, config.lr_scale, gate,
-                                          run.loop.seed)
-    logp_before = trainer.heldout_logp  # the base weights' (warm_start measures it first)
-    outcome = trainer.gate(published, run.validate(), gate)
-    record = WarmStart(
-        demonstrations=len(demonstrations),
-        generator_demonstrations=sum(d.role is Role.GENERATOR for d in demonstrations),
-        epochs=config.epochs, steps=int(stats["steps"]), loss=stats.get("loss"),
-        update=outcome.update, pass_at_1_before=state.served_pass_at_1,
-        pass_at_1_after=outcome.gate_pass_at_1, heldout_logp_before=logp_before,
-        heldout_logp_after=outcome.gate_heldout_logp,
-        rejected_by=outcome.rejected_by, wall_s=time.monotonic() - started)
-    print(warm_start_line(record), flush=True)
-    return dataclasses.replace(trainer.carry(state), warm_start=record)
-
-
-def warm_start_line(w: WarmStart) -> str:
-    def fmt(value: float | None, digits: int) -> str:
-        return "-" if value is None else f"{value:.{digits}f}"
-
-    verdict = str(w.update) + (f" ({', '.join(map(str, w.rejected_by))} fell)"
-                               if w.rejected_by else "")
-    return (f"sft warm start: {w.demonstrations} demonstrations ({w.generator_demonstrations} "
-            f"generator), {w.epochs} epoch(s), {w.steps} steps, loss {fmt(w.loss, 3)}, "
-            f"{verdict}: val pass@1 {fmt(w.pass_at_1_before, 3)} -> "
-            f"{fmt(w.pass_at_1_after, 3)}, held-out logp {fmt(w.heldout_logp_before, 4)} -> "
-            f"{fmt(w.heldout_logp_after, 4)}, {w.wall_s:.0f} s")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,8 @@ engines keep serving the gated weights meanwhile, so every rollout comes from we
 kept. `max_staleness` bounds how old the trained-on data may be: the learner drops items whose
 weights version is more than that below the version it updates from (see the README).
 
+`warm_start`: the optional SFT on the seed pool before round 0 goes through the same gate.
+
 GPU clusters: the same flow; `RoleEngines.update_weights` is the seam where an NCCL broadcast
 into vLLM engines replaces the object-store copy (see rollout/vllm_backend.py).
 """
@@ -28,12 +30,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ray
 
+from spade_ray.config import SftWarmup
 from spade_ray.evaluation.humaneval import ValidationResult
 from spade_ray.learner.actor import LearnerGroup
 from spade_ray.records import (
@@ -42,11 +47,17 @@ from spade_ray.records import (
     GateSignal,
     LearnOutcome,
     PreferencePair,
+    Role,
     RoundState,
     TrainAlgorithm,
     UpdateStatus,
+    WarmStart,
 )
 from spade_ray.rollout.actor import RoleEngines
+from spade_ray.tasks.demonstrations import seed_demonstrations
+
+if TYPE_CHECKING:
+    from spade_ray.loop import Run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,3 +276,45 @@ def algorithm_stats(stats: dict[str, float]) -> tuple[tuple[str, float], ...]:
     """The learner's figures of the algorithm itself, as LearnOutcome.learner_stats."""
     return tuple(sorted((k, float(v)) for k, v in stats.items()
                         if k not in BOOKKEEPING and math.isfinite(v)))
+
+
+def warm_start(run: Run, trainer: Trainer, config: SftWarmup, state: RoundState) -> RoundState:
+    """The SFT warm start of a new run (learner.sft_warmup; seed 7.3: SFT first, then DPO): the
+    seed pool's demonstrations (tasks/demonstrations.py) trained on before round 0, served,
+    validated and gated like an update; the state round 0 starts from, carrying what it did
+    (round 0's metrics and its own printed line). A run killed before round 0 completes starts
+    again from the base weights and warm-starts again (nothing of it was recorded as
+    complete)."""
+    started = time.monotonic()
+    templates = {**run.solving.templates, "generator": run.generation.template}
+    demonstrations = seed_demonstrations(run.seeds, templates, run.loop.few_shot,
+                                         run.loop.generator_few_shot,
+                                         [Role(r) for r in config.roles], run.loop.seed)
+    gate = Gate(config.gate_tolerance, config.gate_logp_tolerance)
+    published, stats = trainer.warm_start(demonstrations, config.epochs, config.lr_scale, gate,
+                                          run.loop.seed)
+    logp_before = trainer.heldout_logp  # the base weights' (warm_start measures it first)
+    outcome = trainer.gate(published, run.validate(), gate)
+    record = WarmStart(
+        demonstrations=len(demonstrations),
+        generator_demonstrations=sum(d.role is Role.GENERATOR for d in demonstrations),
+        epochs=config.epochs, steps=int(stats["steps"]), loss=stats.get("loss"),
+        update=outcome.update, pass_at_1_before=state.served_pass_at_1,
+        pass_at_1_after=outcome.gate_pass_at_1, heldout_logp_before=logp_before,
+        heldout_logp_after=outcome.gate_heldout_logp,
+        rejected_by=outcome.rejected_by, wall_s=time.monotonic() - started)
+    print(warm_start_line(record), flush=True)
+    return dataclasses.replace(trainer.carry(state), warm_start=record)
+
+
+def warm_start_line(w: WarmStart) -> str:
+    def fmt(value: float | None, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    verdict = str(w.update) + (f" ({', '.join(map(str, w.rejected_by))} fell)"
+                               if w.rejected_by else "")
+    return (f"sft warm start: {w.demonstrations} demonstrations ({w.generator_demonstrations} "
+            f"generator), {w.epochs} epoch(s), {w.steps} steps, loss {fmt(w.loss, 3)}, "
+            f"{verdict}: val pass@1 {fmt(w.pass_at_1_before, 3)} -> "
+            f"{fmt(w.pass_at_1_after, 3)}, held-out logp {fmt(w.heldout_logp_before, 4)} -> "
+            f"{fmt(w.heldout_logp_after, 4)}, {w.wall_s:.0f} s")
