@@ -16,6 +16,7 @@ tasks with at least one passing candidate, the preference pairs built, completio
     .venv/bin/python bench/solver_pass_rate.py --run runs/cpu_gemma --temperatures 1.0 \
         --hints own,4,6
 """
+
 from __future__ import annotations
 
 import argparse

@@ -43,8 +43,7 @@ def fields(task: Task, hints: int | None = None) -> dict[str, str]:
     if task.family is TaskFamily.PREDICT:
         shown = shown_call(task, 0)
     else:
-        shown = "\n".join(f"{call_text(task.entry_point, canonical.decode(e.args))} == "
-                          f"{canonical.decode(e.expected)!r}"
+        shown = "\n".join(f"{example_call(task, e)} == {canonical.decode(e.expected)!r}"
                           for e in shown_examples(task, hints))
         shown = f"Examples:\n{shown}" if shown else ""
     return {"description": task.description, "signature": task.signature, "shown": shown,
@@ -73,7 +72,12 @@ def solution(task: Task) -> str:
 
 def shown_call(task: Task, index: int) -> str:
     """`f(1, 'a')`: the call of the task's visible example `index`."""
-    return call_text(task.entry_point, canonical.decode(task.visible[index].args))
+    return example_call(task, task.visible[index])
+
+
+def example_call(task: Task, example: IOExample) -> str:
+    """`f(1, 'a')`: the call of one of the task's examples."""
+    return call_text(task.entry_point, canonical.decode(example.args))
 
 
 def candidate_program(task: Task, completion: str, chat: bool) -> str:
