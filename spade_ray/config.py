@@ -138,8 +138,9 @@ class LearnerConfig:
     ranks: int = 1  # data-parallel DeepSpeed ranks, one actor and bundle each
     min_pairs_per_update: int = 8
     gate_tolerance: float = 0.05  # validation pass@1 drop that rejects an update
-    # drop in the mean token log-prob of held-out reference solutions (nats) that rejects an
-    # update; None: that gate signal is off
+    # how far (nats) the mean token log-prob of held-out reference solutions may fall below the
+    # best the run's accepted weights had (the base weights' included) before an update is
+    # rejected; None: that gate signal is off
     gate_logp_tolerance: float | None = None
     params: dict[str, Any] = dataclasses.field(default_factory=dict)  # records.LearnerParams
     # SFT on the seed pool before round 0 (SftWarmup's keys); null: off
@@ -155,7 +156,7 @@ class SftWarmup:
     lr_scale: float = 4.0  # the learner's params.lr times this, for the warm start only
     roles: tuple[str, ...] = ("solver", "generator")  # whose demonstrations
     gate_tolerance: float = 0.05  # validation pass@1 drop that rejects the warm start
-    gate_logp_tolerance: float | None = 0.1  # held-out log-prob drop (nats/token); None: off
+    gate_logp_tolerance: float | None = 0.1  # held-out log-prob drop below the base's; None: off
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "roles", tuple(self.roles))

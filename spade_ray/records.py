@@ -566,6 +566,8 @@ class RoundState:
     weights_version: int = 0  # the version the engines serve
     # validation pass@1 of the served weights: what the next update's gate compares against
     served_pass_at_1: float | None = None
+    # the best held-out log-prob of the run's accepted weights: the log-prob gate's anchor
+    best_heldout_logp: float | None = None
     # co-evolution control (tasks/control.py): the generator's difficulty level, the last
     # measured pass rate of each known task (task id, rate), the hardest seeds to replay next
     # round after a collapse alarm, and the last state no collapse evidence was seen in
