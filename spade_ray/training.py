@@ -138,9 +138,8 @@ class Trainer:
         if state.learner_checkpoint:
             self.accepted_checkpoint = state.learner_checkpoint
             self._load(self.accepted_checkpoint)
-            measured = self.measure_heldout()
-            self.heldout_logp = (measured if measured is None or state.best_heldout_logp is None
-                                 else max(measured, state.best_heldout_logp))
+            self.heldout_logp = self.measure_heldout()
+            self._raise_anchor(state.best_heldout_logp)
             self.version = state.weights_version
             if self.version:
                 self.served = self.learner.policy_state_dict()
@@ -257,10 +256,14 @@ class Trainer:
 
     def _accept(self, pass_at_1: float | None, heldout_logp: float | None) -> None:
         self.served_pass_at_1 = pass_at_1
-        if heldout_logp is not None:
-            self.heldout_logp = (heldout_logp if self.heldout_logp is None
-                                 else max(self.heldout_logp, heldout_logp))
+        self._raise_anchor(heldout_logp)
         self._save(f"step_{self.learner.step():06d}")
+
+    def _raise_anchor(self, heldout_logp: float | None) -> None:
+        """The log-prob gate's anchor: the best accepted figure so far."""
+        if heldout_logp is not None and (self.heldout_logp is None
+                                         or heldout_logp > self.heldout_logp):
+            self.heldout_logp = heldout_logp
 
     def _save(self, name: str) -> None:
         """Checkpoint the learner as the accepted state."""
