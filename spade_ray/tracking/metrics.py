@@ -196,7 +196,7 @@ def wandb_payload(m: RoundMetrics) -> dict[str, float]:
 
 
 def _control_payload(m: RoundMetrics) -> dict[str, float]:
-    """The co-evolution control's figures (records.py), each only when the round has it."""
+    """The co-evolution control's figures (records/rounds.py), each only when the round has it."""
     payload = {f"validation/{tier}/pass_at_1": p for tier, p in m.validation_tiers}
     payload.update({f"tasks/topic/{topic}": n for topic, n in m.topic_tasks})
     if len(m.difficulty_band) == 2:

@@ -1,4 +1,4 @@
-"""Small valid records for the tracking tests (real records.py types, nothing mocked)."""
+"""Small valid records for the tracking tests (real spade_ray.records types, nothing mocked)."""
 
 from spade_ray.records import (
     Candidate,
