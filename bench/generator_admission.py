@@ -13,8 +13,13 @@ and sampling seeds, three decoding set-ups, measured in one run:
 For each: outputs, admitted (with a 95% Wilson interval), tokens per output, seconds, and the
 most common rejection reasons. Admission is the run's own (tasks/admission.py, local sandbox).
 
+With --sft-warmup EPOCHS the same variants run again on the weights of the SFT warm start
+(learner.sft_warmup: the seed pool's demonstrations of both roles, the dpo learner's settings,
+in this process), each row marked "+sft": what the warm start does to admission. The seed
+programs it imitates are also the ones admission rejects copies of, so it can lower the rate.
+
     .venv/bin/python bench/generator_admission.py [--prompts 12] [--only frame,frame-4shot]
-        [--dump outputs.jsonl]   (every output's variant, family, outcome and text)
+        [--sft-warmup 1] [--dump outputs.jsonl]   (every output's variant, family, outcome, text)
 """
 
 from __future__ import annotations
@@ -29,16 +34,22 @@ import time
 from types import SimpleNamespace
 
 from learning_result import wilson  # bench/ is on the path when this file runs
+from omegaconf import OmegaConf
 
+from spade_ray.config import SftWarmup, validate_learner
+from spade_ray.evaluation.humaneval import load_problems
 from spade_ray.execution import Sandbox
-from spade_ray.records import Limits, SamplingParams, TaskFamily
+from spade_ray.learner.learner import Learner
+from spade_ray.records import Limits, Role, SamplingParams, TaskFamily
 from spade_ray.rollout.actor import make_backend
+from spade_ray.rollout.models import resolve_model
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.stages import Generation
 from spade_ray.tasks.admission import AdmissionConfig
+from spade_ray.tasks.demonstrations import seed_demonstrations
 from spade_ray.tasks.prompting import family_schedule, topic_schedule
 from spade_ray.tasks.seeds import load_seed_tasks
-from spade_ray.tasks.templates import load_prompts
+from spade_ray.tasks.templates import CONF_DIR, load_prompts
 
 TOPICS = ["strings", "lists", "math", "dictionaries", "sorting", "recursion", "searching"]
 STOP = ("\n### END", "\n### Topic")
@@ -57,12 +68,64 @@ class DirectEngines:
                                lost=[])
 
 
+def measure(label, variants, engines, template, work, seeds, sandbox, limits, dump):
+    """Each variant's row: (name, outputs, admitted, tokens per output, seconds, reasons)."""
+    rows = []
+    for name, (sampling, frame_tokens, shots, admission) in variants.items():
+        generation = Generation(engines, template, sampling, shots, 0.8, limits, admission,
+                                frame_tokens=frame_tokens)
+        meter = TokenMeter("generator")
+        started = time.monotonic()
+        chunk = generation.generate(work, seeds, random.Random(0), meter, sandbox)
+        seconds = time.monotonic() - started
+        outputs = len(chunk.inputs)
+        admitted = sum(i.outcome == "admitted" for i in chunk.inputs)
+        reasons = collections.Counter(i.outcome for i in chunk.inputs if i.outcome != "admitted")
+        if dump:
+            with open(dump, "a", encoding="utf-8") as f:
+                for i in chunk.inputs:
+                    f.write(json.dumps({"variant": name + label, "family": str(i.family),
+                                        "outcome": i.outcome,
+                                        "text": i.completion.text}) + "\n")
+        rows.append((name + label, outputs, admitted, meter.completion_tokens / max(outputs, 1),
+                     seconds, reasons.most_common(6)))
+        print(f"{name + label}: {admitted}/{outputs} admitted, {seconds:.0f} s", flush=True)
+    return rows
+
+
+def warm_start(model, seeds, epochs, backend) -> None:
+    """The SFT warm start (learner.sft_warmup with `epochs`, both roles, make run's few-shot
+    counts) on a learner with conf/learner/dpo.yaml's settings, served by `backend`."""
+    _, params = validate_learner(OmegaConf.load(CONF_DIR.parent / "learner" / "dpo.yaml"))
+    config = SftWarmup(epochs=epochs)
+    prompts = load_prompts("fewshot")
+    templates = {**{f: prompts[f] for f in TaskFamily}, "generator": prompts["generator"]}
+    demonstrations = seed_demonstrations(seeds, templates, 2, 4,
+                                         [Role(r) for r in config.roles], 0)
+    # the held-out texts of make run's log-prob gate: would the run have kept this warm start?
+    heldout = [(p.prompt, p.canonical_solution) for p in load_problems(8, seed=0)]
+    learner = Learner(resolve_model(model), params)
+    before = learner.mean_token_logp(heldout)
+    stats = learner.sft(demonstrations, config.epochs, config.lr_scale, 0)
+    after = learner.mean_token_logp(heldout)
+    backend.update_weights(learner.policy_state_dict(), 1)
+    kept = after >= before - config.gate_logp_tolerance
+    print(f"sft warm start: {len(demonstrations)} demonstrations, {epochs} epoch(s), "
+          f"{int(stats['steps'])} steps, loss {stats.get('loss', float('nan')):.3f}, "
+          f"{stats.get('wall_s', 0.0):.0f} s; held-out logp {before:.4f} -> {after:.4f} (the "
+          f"run's log-prob gate, tolerance {config.gate_logp_tolerance}, would "
+          f"{'keep' if kept else 'reject'} it; its pass@1 gate is not measured here)",
+          flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--prompts", type=int, default=12, help="x 2 outputs each")
     parser.add_argument("--max-tokens", type=int, default=320)
     parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    parser.add_argument("--sft-warmup", type=int, default=0, metavar="EPOCHS",
+                        help="also measure after an SFT warm start of EPOCHS (0: not)")
     parser.add_argument("--dump", default="", help="write every output to this JSONL file")
     args = parser.parse_args()
     limits = Limits()
@@ -83,35 +146,20 @@ def main() -> int:
                 "frame-4shot-aug": (framed, 96, 4, augmented)}
     if args.only:
         variants = {k: variants[k] for k in args.only.split(",")}
-    rows = []
     with Sandbox("local", limits) as sandbox:
         seeds = load_seed_tasks(sandbox, limits)
-        for name, (sampling, frame_tokens, shots, admission) in variants.items():
-            generation = Generation(engines, template, sampling, shots, 0.8, limits,
-                                    admission, frame_tokens=frame_tokens)
-            meter = TokenMeter("generator")
-            started = time.monotonic()
-            chunk = generation.generate(work, seeds, random.Random(0), meter, sandbox)
-            seconds = time.monotonic() - started
-            outputs = len(chunk.inputs)
-            admitted = sum(i.outcome == "admitted" for i in chunk.inputs)
-            reasons = collections.Counter(i.outcome for i in chunk.inputs
-                                          if i.outcome != "admitted")
-            if args.dump:
-                with open(args.dump, "a", encoding="utf-8") as f:
-                    for i in chunk.inputs:
-                        f.write(json.dumps({"variant": name, "family": str(i.family),
-                                            "outcome": i.outcome,
-                                            "text": i.completion.text}) + "\n")
-            rows.append((name, outputs, admitted, meter.completion_tokens / max(outputs, 1),
-                         seconds, reasons.most_common(6)))
+        shared = (engines, template, work, seeds, sandbox, limits, args.dump)
+        rows = measure("", variants, *shared)
+        if args.sft_warmup:
+            warm_start(args.model, seeds, args.sft_warmup, engines.backend)
+            rows += measure("+sft", variants, *shared)
     print(f"\nmodel {args.model}, {args.prompts} prompts x 2 outputs, temperature 0.9, "
           f"max {args.max_tokens} tokens, sampling seed 1234")
-    print(f"{'decoding':<16}{'outputs':>8}{'admitted':>9}{'rate':>7}{'95% CI':>16}"
+    print(f"{'decoding':<20}{'outputs':>8}{'admitted':>9}{'rate':>7}{'95% CI':>16}"
           f"{'tok/out':>9}{'s':>7}  rejections")
     for name, outputs, admitted, tokens, seconds, reasons in rows:
         low, high = wilson(admitted, outputs)
-        print(f"{name:<16}{outputs:>8}{admitted:>9}{admitted / outputs:>7.2f}"
+        print(f"{name:<20}{outputs:>8}{admitted:>9}{admitted / outputs:>7.2f}"
               f"   [{low:.2f}, {high:.2f}]{tokens:>9.0f}{seconds:>7.0f}  "
               + ", ".join(f"{r}={n}" for r, n in reasons))
     return 0
