@@ -13,13 +13,18 @@ and sampling seeds, three decoding set-ups, measured in one run:
 For each: outputs, admitted (with a 95% Wilson interval), tokens per output, seconds, and the
 most common rejection reasons. Admission is the run's own (tasks/admission.py, local sandbox).
 
+With --checkpoint RUN/checkpoints/step_N (repeatable) the same variants run again on that
+learner checkpoint's weights (the run's own learner settings), each row marked "+step_N": what
+a run's updates did to the generator's admission.
+
 With --sft-warmup EPOCHS the same variants run again on the weights of the SFT warm start
 (learner.sft_warmup: the seed pool's demonstrations of both roles, the dpo learner's settings,
 in this process), each row marked "+sft": what the warm start does to admission. The seed
 programs it imitates are also the ones admission rejects copies of, so it can lower the rate.
 
     .venv/bin/python bench/generator_admission.py [--prompts 12] [--only frame,frame-4shot]
-        [--sft-warmup 1] [--dump outputs.jsonl]   (every output's variant, family, outcome, text)
+        [--checkpoint runs/cpu_gemma/checkpoints/step_000012] [--sft-warmup 1]
+        [--dump outputs.jsonl]   (every output's variant, family, outcome, text)
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import json
 import random
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 from learning_result import wilson  # bench/ is on the path when this file runs
@@ -93,7 +99,7 @@ def measure(label, variants, engines, template, work, seeds, sandbox, limits, du
     return rows
 
 
-def warm_start(model, seeds, epochs, backend) -> None:
+def warm_start(model, seeds, epochs, backend, version: int) -> None:
     """The SFT warm start (learner.sft_warmup with `epochs`, both roles, make run's few-shot
     counts) on a learner with conf/learner/dpo.yaml's settings, served by `backend`."""
     _, params = validate_learner(OmegaConf.load(CONF_DIR.parent / "learner" / "dpo.yaml"))
@@ -108,7 +114,7 @@ def warm_start(model, seeds, epochs, backend) -> None:
     before = learner.mean_token_logp(heldout)
     stats = learner.sft(demonstrations, config.epochs, config.lr_scale, 0)
     after = learner.mean_token_logp(heldout)
-    backend.update_weights(learner.policy_state_dict(), 1)
+    backend.update_weights(learner.policy_state_dict(), version)
     kept = after >= before - config.gate_logp_tolerance
     print(f"sft warm start: {len(demonstrations)} demonstrations, {epochs} epoch(s), "
           f"{int(stats['steps'])} steps, loss {stats.get('loss', float('nan')):.3f}, "
@@ -118,12 +124,27 @@ def warm_start(model, seeds, epochs, backend) -> None:
           flush=True)
 
 
+def load_checkpoint(model, checkpoint: Path, backend, version: int) -> None:
+    """Serve a run's learner checkpoint (RUN/checkpoints/step_N) on `backend`, built with that
+    run's learner settings (a mismatch is the learner's own clear error)."""
+    run_dir = checkpoint.resolve().parents[1]
+    _, params = validate_learner(OmegaConf.load(run_dir / ".hydra" / "config.yaml").learner)
+    if params is None:
+        raise SystemExit(f"{run_dir} ran without a learner: it has no checkpoints")
+    learner = Learner(resolve_model(model), params)
+    learner.load_checkpoint(checkpoint)
+    backend.update_weights(learner.policy_state_dict(), version)
+    print(f"serving {checkpoint} (learner step {learner.step})", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--prompts", type=int, default=12, help="x 2 outputs each")
     parser.add_argument("--max-tokens", type=int, default=320)
     parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    parser.add_argument("--checkpoint", type=Path, action="append", default=[],
+                        help="also measure on this learner checkpoint's weights (repeatable)")
     parser.add_argument("--sft-warmup", type=int, default=0, metavar="EPOCHS",
                         help="also measure after an SFT warm start of EPOCHS (0: not)")
     parser.add_argument("--dump", default="", help="write every output to this JSONL file")
@@ -150,16 +171,20 @@ def main() -> int:
         seeds = load_seed_tasks(sandbox, limits)
         shared = (engines, template, work, seeds, sandbox, limits, args.dump)
         rows = measure("", variants, *shared)
+        for version, checkpoint in enumerate(args.checkpoint, start=1):
+            load_checkpoint(args.model, checkpoint, engines.backend, version)
+            rows += measure(f"+{checkpoint.name}", variants, *shared)
         if args.sft_warmup:
-            warm_start(args.model, seeds, args.sft_warmup, engines.backend)
+            warm_start(args.model, seeds, args.sft_warmup, engines.backend,
+                       len(args.checkpoint) + 1)
             rows += measure("+sft", variants, *shared)
     print(f"\nmodel {args.model}, {args.prompts} prompts x 2 outputs, temperature 0.9, "
           f"max {args.max_tokens} tokens, sampling seed 1234")
-    print(f"{'decoding':<20}{'outputs':>8}{'admitted':>9}{'rate':>7}{'95% CI':>16}"
+    print(f"{'decoding':<28}{'outputs':>8}{'admitted':>9}{'rate':>7}{'95% CI':>16}"
           f"{'tok/out':>9}{'s':>7}  rejections")
     for name, outputs, admitted, tokens, seconds, reasons in rows:
         low, high = wilson(admitted, outputs)
-        print(f"{name:<20}{outputs:>8}{admitted:>9}{admitted / outputs:>7.2f}"
+        print(f"{name:<28}{outputs:>8}{admitted:>9}{admitted / outputs:>7.2f}"
               f"   [{low:.2f}, {high:.2f}]{tokens:>9.0f}{seconds:>7.0f}  "
               + ", ".join(f"{r}={n}" for r, n in reasons))
     return 0
