@@ -1,7 +1,8 @@
 """Generator admission: what decoding does to the share of generator outputs that become tasks.
 
-The same prompts (the run's generator prompt: topic, two few-shot seed programs), the same model
-and sampling seeds, three decoding set-ups, measured in one run:
+The same prompts (the run's generator prompt: topic, few-shot seed programs, no difficulty
+labels unless --level), the same model and sampling seeds, several decoding set-ups, measured in
+one run:
   no-stop   the format's stop strings off: the model writes until max_tokens
   stop      stop at the end of the entry ("### END", "### Topic"), as `make run` samples
   frame     stop, plus continuing outputs that lack their inputs from `Inputs:\\n<function>(`
@@ -13,6 +14,10 @@ and sampling seeds, three decoding set-ups, measured in one run:
 For each: outputs, admitted (with a 95% Wilson interval), tokens per output, seconds, and the
 most common rejection reasons. Admission is the run's own (tasks/admission.py, local sandbox).
 
+With --level N (repeatable) the same variants run again with the prompts a run's controller
+writes at difficulty level N (tasks/control.py: every program labelled with its difficulty, the
+asked-for task with the level's; the bench's seed tasks are unmeasured), each row "@levelN".
+
 With --checkpoint RUN/checkpoints/step_N (repeatable) the same variants run again on that
 learner checkpoint's weights (the run's own learner settings), each row marked "+step_N": what
 a run's updates did to the generator's admission.
@@ -23,7 +28,8 @@ in this process), each row marked "+sft": what the warm start does to admission.
 programs it imitates are also the ones admission rejects copies of, so it can lower the rate.
 
     .venv/bin/python bench/generator_admission.py [--prompts 12] [--only frame,frame-4shot]
-        [--checkpoint runs/cpu_gemma/checkpoints/step_000012] [--sft-warmup 1]
+        [--level 0 --level -2] [--checkpoint runs/cpu_gemma/checkpoints/step_000012]
+        [--sft-warmup 1]
         [--dump outputs.jsonl]   (every output's variant, family, outcome, text)
 """
 
@@ -52,6 +58,7 @@ from spade_ray.rollout.models import resolve_model
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.stages import Generation
 from spade_ray.tasks.admission import AdmissionConfig
+from spade_ray.tasks.control import ControlConfig, Guidance, level_label, target_pass_rate
 from spade_ray.tasks.demonstrations import seed_demonstrations
 from spade_ray.tasks.prompting import family_schedule, topic_schedule
 from spade_ray.tasks.seeds import load_seed_tasks
@@ -74,7 +81,8 @@ class DirectEngines:
                                lost=[])
 
 
-def measure(label, variants, engines, template, work, seeds, sandbox, limits, dump):
+def measure(label, variants, engines, template, work, seeds, sandbox, limits, dump,
+            guidance=Guidance()):
     """Each variant's row: (name, outputs, admitted, tokens per output, seconds, reasons)."""
     rows = []
     for name, (sampling, frame_tokens, shots, admission) in variants.items():
@@ -82,7 +90,7 @@ def measure(label, variants, engines, template, work, seeds, sandbox, limits, du
                                 frame_tokens=frame_tokens)
         meter = TokenMeter("generator")
         started = time.monotonic()
-        chunk = generation.generate(work, seeds, random.Random(0), meter, sandbox)
+        chunk = generation.generate(work, seeds, random.Random(0), meter, sandbox, guidance)
         seconds = time.monotonic() - started
         outputs = len(chunk.inputs)
         admitted = sum(i.outcome == "admitted" for i in chunk.inputs)
@@ -143,6 +151,8 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=12, help="x 2 outputs each")
     parser.add_argument("--max-tokens", type=int, default=320)
     parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    parser.add_argument("--level", type=int, action="append", default=[],
+                        help="also measure with the controller's prompts at this level")
     parser.add_argument("--checkpoint", type=Path, action="append", default=[],
                         help="also measure on this learner checkpoint's weights (repeatable)")
     parser.add_argument("--sft-warmup", type=int, default=0, metavar="EPOCHS",
@@ -171,6 +181,11 @@ def main() -> int:
         seeds = load_seed_tasks(sandbox, limits)
         shared = (engines, template, work, seeds, sandbox, limits, args.dump)
         rows = measure("", variants, *shared)
+        control = ControlConfig()
+        for level in args.level:
+            guidance = Guidance(target=target_pass_rate(level, control),
+                                difficulty=level_label(level, control))
+            rows += measure(f"@level{level}", variants, *shared, guidance)
         for version, checkpoint in enumerate(args.checkpoint, start=1):
             load_checkpoint(args.model, checkpoint, engines.backend, version)
             rows += measure(f"+{checkpoint.name}", variants, *shared)
