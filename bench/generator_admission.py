@@ -109,18 +109,19 @@ def measure(label, variants, engines, template, work, seeds, sandbox, limits, du
 
 def warm_start(model, seeds, epochs, backend, version: int) -> None:
     """The SFT warm start (learner.sft_warmup with `epochs`, both roles, make run's few-shot
-    counts) on a learner with conf/learner/dpo.yaml's settings, served by `backend`."""
+    counts and seed) on a learner with conf/learner/dpo.yaml's settings, served by `backend`."""
     _, params = validate_learner(OmegaConf.load(CONF_DIR.parent / "learner" / "dpo.yaml"))
+    run = OmegaConf.load(CONF_DIR.parent / "experiment" / "cpu_gemma.yaml")  # make run's
     config = SftWarmup(epochs=epochs)
-    prompts = load_prompts("fewshot")
-    templates = {**{f: prompts[f] for f in TaskFamily}, "generator": prompts["generator"]}
-    demonstrations = seed_demonstrations(seeds, templates, 2, 4,
-                                         [Role(r) for r in config.roles], 0)
+    demonstrations = seed_demonstrations(seeds, load_prompts("fewshot"), run.loop.few_shot,
+                                         run.loop.generator_few_shot,
+                                         [Role(r) for r in config.roles], run.loop.seed)
     # the held-out texts of make run's log-prob gate: would the run have kept this warm start?
-    heldout = [(p.prompt, p.canonical_solution) for p in load_problems(8, seed=0)]
+    heldout = [(p.prompt, p.canonical_solution)
+               for p in load_problems(run.validation.problems, seed=run.loop.seed)]
     learner = Learner(resolve_model(model), params)
     before = learner.mean_token_logp(heldout)
-    stats = learner.sft(demonstrations, config.epochs, config.lr_scale, 0)
+    stats = learner.sft(demonstrations, config.epochs, config.lr_scale, run.loop.seed)
     after = learner.mean_token_logp(heldout)
     backend.update_weights(learner.policy_state_dict(), version)
     kept = after >= before - config.gate_logp_tolerance
