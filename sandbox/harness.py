@@ -419,8 +419,10 @@ def main():
     # Move everything imported so far out of the collector's reach: a forked child's collections
     # would otherwise write to (and so copy) every page holding a tracked object.
     gc.freeze()
-    write_frame(ctl_out, {"ready": True, "python": sys.version.split()[0],
-                          "pid": os.getpid()})
+    # The host sets the string-hash seed (PYTHONHASHSEED) for every jail alike: say which one
+    # took effect, for the results' environment.
+    write_frame(ctl_out, {"ready": True, "python": sys.version.split()[0], "pid": os.getpid(),
+                          "hash_seed": os.environ.get("PYTHONHASHSEED", "random")})
     while True:
         try:
             # Forked after the last run's tree is gone and its buffers are zeroed; the host

@@ -35,8 +35,9 @@ from spade_ray.execution.channel import Channel, ChannelError
 from spade_ray.execution.packages import package_dirs, package_versions
 from spade_ray.execution.protocol import (
     HOST_GRACE_S,
+    JAIL_ENV,
     JAIL_FILES,
-    JAIL_HARNESS,
+    JAIL_PYTHON,
     JAIL_SITE,
     SANDBOX_DIR,
     START_TIMEOUT_S,
@@ -110,7 +111,7 @@ def container_options(limits: Limits, packages: dict[str, Path], label: str) -> 
     output_mb = -(-limits.max_output_bytes // 2**20)
     memory = f"{limits.memory_mb + HARNESS_MARGIN_MB + 2 * output_mb}m"
     return dict(
-        command=["python3", "-I", "-S", "-B", JAIL_HARNESS],
+        command=["python3", *JAIL_PYTHON],
         stdin_open=True, tty=False, init=False,  # the harness must be PID 1 (kill(-1) sweeps)
         network_mode="none", read_only=True, cap_drop=["ALL"],
         security_opt=["no-new-privileges", f"seccomp={seccomp.docker_profile()}"],
@@ -123,7 +124,7 @@ def container_options(limits: Limits, packages: dict[str, Path], label: str) -> 
         # backend's tmpfs (Docker defaults to noexec), so programs behave the same on both.
         tmpfs={"/work": f"size={limits.tmp_mb}m,nr_inodes={limits.tmp_inodes},mode=0700,"
                         f"uid=65534,gid=65534,exec"},
-        working_dir="/work", environment={},
+        working_dir="/work", environment=JAIL_ENV,
         ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0)],
         volumes={str(p): {"bind": f"{JAIL_SITE}/{n}", "mode": "ro"} for n, p in packages.items()},
         # The frames carry every program's output: no engine-side log of them on the host disk.
@@ -237,7 +238,7 @@ class DockerWorker:
         self._facts = {
             "backend": "docker", "image": self.image.id, "image_tag": tag,
             "engine": self.client.version().get("Version", "unknown"),
-            "python": self._python,
+            "python": self._python, "hash_seed": self._hash_seed,
             "harness": jail_digest()[:16],
             "packages": package_versions(self.packages),
             "enforced_by": self.enforced_by,
@@ -265,6 +266,7 @@ class DockerWorker:
             raise BackendUnavailable(f"the docker sandbox ({self.image.id[:19]}) did not start: "
                                      f"{err}{hint}") from e
         self._python = ready.get("python", "unknown")
+        self._hash_seed = ready.get("hash_seed")
         self._memory_files = host_memory_files(self._container.attrs["State"]["Pid"],
                                                self._container.id)
         # A remote engine: a new container starts a new cgroup at zero (and saves an exec).

@@ -47,8 +47,9 @@ from spade_ray.execution.packages import package_dirs, package_versions
 from spade_ray.execution.protocol import (
     HOST_GRACE_S,
     JAIL_DIR,
+    JAIL_ENV,
     JAIL_FILES,
-    JAIL_HARNESS,
+    JAIL_PYTHON,
     JAIL_SITE,
     START_TIMEOUT_S,
     BackendUnavailable,
@@ -134,7 +135,8 @@ class LocalWorker:
                 from e
         self._harness_pid = self._only_child(self._proc.pid)
         self._facts = {
-            "backend": "local", "python": ready["python"], "interpreter": self.python,
+            "backend": "local", "python": ready["python"], "hash_seed": ready["hash_seed"],
+            "interpreter": self.python,
             "harness": jail_digest()[:16],
             "packages": package_versions(self.packages), "enforced_by": self.enforced_by,
         }
@@ -152,8 +154,9 @@ class LocalWorker:
                *self._root_links(), "--proc", "/proc", "--dev", "/dev", *self._work_dir(),
                *self._jail_files(fds), *self._python_binds(),
                "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/work", "--clearenv",
+               *(arg for name, value in JAIL_ENV.items() for arg in ("--setenv", name, value)),
                *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
-               self.python, "-I", "-S", "-B", JAIL_HARNESS]
+               self.python, *JAIL_PYTHON]
         as_nobody = {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
         self._proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

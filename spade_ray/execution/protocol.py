@@ -30,6 +30,16 @@ JAIL_FILES = tuple(SANDBOX_DIR / f"{name}.py"
 JAIL_DIR = "/opt/spade-sandbox"  # where every backend puts JAIL_FILES inside the jail
 JAIL_HARNESS = f"{JAIL_DIR}/harness.py"
 JAIL_SITE = f"{JAIL_DIR}/site"  # whitelisted packages, on the harness's sys.path
+# One string-hash seed for every jail of every backend and machine, so that set and dict order
+# of strings (which follows the seed) is the same for every candidate of a task and for the
+# reference whose outputs grade them: with a random seed per jail, a program that depends on it
+# (which admission's two random-seed interpreters can miss, e.g. 1 in 2 for a two-word set)
+# would pass on some workers and fail on others, a reward the generator could be paid for.
+# The interpreter runs as -I would (-s -P, and an environment we set) except for this one
+# variable, which -I's -E would ignore.
+JAIL_HASH_SEED = "0"
+JAIL_PYTHON = ("-s", "-P", "-S", "-B", JAIL_HARNESS)  # the interpreter's arguments
+JAIL_ENV = {"PYTHONHASHSEED": JAIL_HASH_SEED}
 REPORT_CAP_BYTES = 4 * 1024 * 1024  # harness.py's cap on a grader report
 CANDIDATE_ENDED = "the candidate process ended during the tests"  # grader.py's ENDED
 HOST_GRACE_S = 5.0  # the harness enforces the limits; this only catches a hung harness

@@ -6,7 +6,7 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         I/O or depends on the process (open, print, id, hash, ...)
                 module_code             top-level statements other than imports, defs, constants
     run         reference_<status>      the reference run hit a limit or crashed
-                nondeterministic        two processes with different PYTHONHASHSEED disagree
+                nondeterministic        two interpreters with different hash seeds disagree
                                         (on the generator's inputs or the augmented ones)
                 reference_raises        too few inputs left once those the reference raises on
                                         (or whose result is not plain data) are dropped, or
@@ -22,8 +22,9 @@ Every rejection has a short, countable reason (the round's metrics count them):
     infra       sandbox_error           the sandbox failed twice (the task is not judged)
 
 How outputs become expected values: a driver program (trusted text, run in the sandbox like any
-candidate) runs the reference on every input in two fresh interpreters with PYTHONHASHSEED 1
-and 2 and prints each result's repr; the host turns the reprs back into values with
+candidate) runs the reference on every input in two fresh interpreters, each with a random
+string-hash seed of its own (`-I` ignores PYTHONHASHSEED, so an optimised generator has no fixed
+seeds to fit), and prints each result's repr; the host turns the reprs back into values with
 ast.literal_eval and encodes them as canonical data. With `augment_inputs`, a generated
 proposal's inputs are joined by that many mutations of them (tasks/augment.py), run by a second
 driver job: the reference computes their outputs too, so they can only add examples (a limit hit
@@ -100,9 +101,9 @@ DRIVER = r'''
 import json, subprocess, sys
 job = sys.stdin.read()
 runs = []
-for seed in ("1", "2"):
+for _ in range(2):
     done = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=job, text=True,
-                          capture_output=True, env={"PYTHONHASHSEED": seed})
+                          capture_output=True, env={})
     runs.append([done.returncode, done.stdout[-4000000:], done.stderr[-2000:]])
 print(json.dumps(runs))
 '''.replace("RUNNER", repr(RUNNER))

@@ -7,6 +7,7 @@ import pytest
 from spade_ray.execution import Sandbox, SandboxInputError
 from spade_ray.execution.checking import load_tests
 from spade_ray.records import ExecStatus, TestSuite
+from tests.conftest import TEST_LIMITS, open_sandbox
 
 ADD_TESTS = TestSuite(asserts=("assert add(1, 2) == 3", "assert add(-1, 1) == 0",
                                "assert add(2, 2) == 5"))
@@ -66,6 +67,21 @@ def test_same_code_gets_the_same_outcomes_every_time(sandbox):
     first, *rest = sandbox.check_many([code] * 4, [ADD_TESTS] * 4)
     assert all(r.outcomes and [o.outcome for o in r.outcomes] ==
                [o.outcome for o in first.outcomes] for r in rest)
+
+
+def test_every_jail_orders_a_set_of_strings_alike(backend):
+    """One fixed hash seed for every jail: a program that follows a set's order (which a random
+    seed per jail would make pass on some workers and fail on others) prints the same on fresh
+    jails and in a check. Eight words have 40,320 orders: a random seed per jail repeating one
+    three times would be chance of about 1 in 1.6e9."""
+    code = "print(list({'ant', 'bee', 'cat', 'dog', 'eel', 'fox', 'gnu', 'hen'}))\n"
+    seen = set()
+    for _ in range(3):
+        with open_sandbox(backend, limits=TEST_LIMITS, workers=1) as fresh:
+            result = fresh.run(code)
+            assert result.status is ExecStatus.OK, result.stderr
+            seen.add(result.stdout)
+    assert len(seen) == 1
 
 
 @pytest.mark.parametrize("code, message", [
