@@ -6,7 +6,9 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         I/O or depends on the process (open, print, id, hash, ...)
                 module_code             top-level statements other than imports, defs, constants
     run         reference_<status>      the reference run hit a limit or crashed
-                nondeterministic        two interpreters with different hash seeds disagree
+                nondeterministic        fresh interpreters (their own hash seeds and address
+                                        layouts) disagree, or one disagrees with itself
+                                        when the inputs are run again on a moved heap
                                         (on the generator's inputs or the augmented ones)
                 reference_raises        too few inputs left once those the reference raises on
                                         (or whose result is not plain data) are dropped, or
@@ -22,19 +24,19 @@ Every rejection has a short, countable reason (the round's metrics count them):
     infra       sandbox_error           the sandbox failed twice (the task is not judged)
 
 How outputs become expected values: a driver program (trusted text, run in the sandbox like any
-candidate) runs the reference on every input in two fresh interpreters, each with a random
-string-hash seed of its own (`-I` ignores PYTHONHASHSEED, so an optimised generator has no fixed
-seeds to fit), and prints each result's repr; the host turns the reprs back into values with
-ast.literal_eval and encodes them as canonical data. With `augment_inputs`, a generated
-proposal's inputs are joined by that many mutations of them (tasks/augment.py), run by a second
-driver job: the reference computes their outputs too, so they can only add examples (a limit hit
-or a crash on them drops them, and never the task), except that a disagreement between the two
-interpreters on them rejects the task as nondeterministic. Examples keep the generator's own
-inputs first (the visible ones, and the one a predict task asks, are its own). What the
-sandboxed program printed is not trusted: the reference is then checked against the examples by
-the trusted grader, out of its process, with exact types, and a task is admitted only if it
-passes every one. Dedup (tasks/diversity.py: exact normalised-AST hash and near-duplicates)
-happens before admission, in the generation stage.
+candidate) runs the reference on every input in three fresh interpreters, each with a random
+string-hash seed and address layout of its own (`-I` ignores PYTHONHASHSEED, so an optimised
+generator has no fixed seeds to fit), twice in each (see RUNNER), and prints each result's repr;
+the host turns the reprs back into values with ast.literal_eval and encodes them as canonical
+data. With `augment_inputs`, a generated proposal's inputs are joined by that many mutations of
+them (tasks/augment.py), run by a second driver job: the reference computes their outputs too,
+so they can only add examples (a limit hit or a crash on them drops them, and never the task),
+except that a disagreement between the interpreters on them rejects the task as
+nondeterministic. Examples keep the generator's own inputs first (the visible ones, and the one
+a predict task asks, are its own). What the sandboxed program printed is not trusted: the
+reference is then checked against the examples by the trusted grader, out of its process, with
+exact types, and a task is admitted only if it passes every one. Dedup (tasks/diversity.py:
+exact normalised-AST hash and near-duplicates) happens before admission, in the generation stage.
 """
 
 from __future__ import annotations
@@ -78,8 +80,17 @@ ALWAYS_EQUAL = """
     return Anything()
 """
 
-# Runs in the sandbox: the reference on every input, in two interpreters with different hash
-# seeds, one JSON line out. Each interpreter prints [["ok", repr] | ["raise", type name], ...].
+# Runs in the sandbox: the reference on every input, in INTERPRETERS fresh interpreters (each
+# with its own random hash seed and address layout), twice in each (the second time on a heap
+# moved by live ballast), one JSON line out. Each interpreter prints [["ok", repr] | ["raise",
+# type name], ...], or "nondeterministic" when its two passes disagree. Why so many: what a
+# program can read of its own process (the order of a set of strings, an object's address in
+# f"{object()}") may agree between two interpreters by chance (1 in 2 for one bit), and such a
+# task is graded by luck, a pass rate the generator's reward would pay for. A third interpreter
+# halves that chance again, and the second pass catches the bits that follow the heap (the
+# low bits of an address) rather than the layout. Cost: ~40 ms of CPU per interpreter.
+INTERPRETERS = 3
+PASSES = 2  # over the inputs, in each interpreter
 RUNNER = r'''
 import ast, json, os, sys
 job = json.loads(sys.stdin.read())
@@ -88,25 +99,33 @@ null = os.open(os.devnull, os.O_WRONLY)
 os.dup2(null, 1)
 namespace = {"__name__": "reference"}
 exec(compile(job["source"], "<reference>", "exec"), namespace)
-results = []
-for args in job["calls"]:
-    try:
-        results.append(["ok", repr(namespace[job["entry"]](*ast.literal_eval(args)))])
-    except BaseException as e:
-        results.append(["raise", type(e).__name__])
-out.write(json.dumps(results))
+
+
+def answers():
+    results = []
+    for args in job["calls"]:
+        try:
+            results.append(["ok", repr(namespace[job["entry"]](*ast.literal_eval(args)))])
+        except BaseException as e:
+            results.append(["raise", type(e).__name__])
+    return results
+
+
+first = answers()
+ballast = [object() for _ in range(100000)]  # 1.6 MB: a new arena, the heap moves
+out.write(json.dumps(first if answers() == first else "nondeterministic"))
 out.flush()
 '''
 DRIVER = r'''
 import json, subprocess, sys
 job = sys.stdin.read()
 runs = []
-for _ in range(2):
+for _ in range(INTERPRETERS):
     done = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=job, text=True,
                           capture_output=True, env={})
     runs.append([done.returncode, done.stdout[-4000000:], done.stderr[-2000:]])
 print(json.dumps(runs))
-'''.replace("RUNNER", repr(RUNNER))
+'''.replace("RUNNER", repr(RUNNER)).replace("INTERPRETERS", str(INTERPRETERS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +134,8 @@ class AdmissionConfig:
     visible_examples: int = 2  # shown in codegen and repair prompts; all examples grade
     max_mutants: int = 8
     min_mutation_score: float = 0.5  # fraction of mutants the examples must kill
-    max_reference_cpu_s: float = 2.0  # the driver run (two interpreters, every input)
+    max_reference_cpu_s: float = 2.0  # two passes over the inputs (the driver makes
+    # INTERPRETERS * PASSES of them and is judged pro rata)
     augment_inputs: int = 0  # a generated proposal's extra inputs, mutations of its own
     check_timeout_s: float = 0.5  # per null-solver / mutant / reference check (a mutant that
     # loops is killed either way; the reference itself must answer well within it)
@@ -196,9 +216,11 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     extras = {key: augmented_inputs(proposals[first[key]].inputs, count,
                                     _seed(proposals[first[key]])) for key in running}
     augmenting = [key for key in running if extras[key]]
-    # Two interpreters run every input: twice the task's limits, plus their start-up.
-    driver_limits = dataclasses.replace(limits, timeout_s=2 * limits.timeout_s + 1.0,
-                                        cpu_s=2 * limits.cpu_s + 1.0)
+    # Every interpreter runs every input PASSES times: that many times the task's limits, plus
+    # their start-up.
+    runs = INTERPRETERS * PASSES
+    driver_limits = dataclasses.replace(limits, timeout_s=runs * limits.timeout_s + 1.5,
+                                        cpu_s=runs * limits.cpu_s + 1.5)
     jobs = running + [_job(proposals[first[key]], extras[key]) for key in augmenting]
     runs = executor.run_many([DRIVER] * len(jobs), jobs, limits=driver_limits)
     extra_runs = dict(zip(augmenting, runs[len(running):]))
@@ -264,17 +286,21 @@ def _results(run, calls: int, config: AdmissionConfig) -> list | str:
         return "sandbox_error"
     if run.status is not ExecStatus.OK:
         return f"reference_{run.status.value}"
-    if run.cpu_s > config.max_reference_cpu_s:
+    if run.cpu_s > config.max_reference_cpu_s * INTERPRETERS * PASSES / 2:
         return "reference_slow"
     try:
-        (code1, out1, _), (code2, out2, _) = json.loads(run.stdout)
-        first, second = json.loads(out1), json.loads(out2)
+        interpreters = json.loads(run.stdout)
+        codes = [code for code, _, _ in interpreters]
+        answers = [json.loads(out) for _, out, _ in interpreters]
     except (ValueError, TypeError):
         return "reference_error"  # the reference failed at import, or broke its own output
-    if code1 != 0 or code2 != 0 or not isinstance(first, list) or len(first) != calls:
+    if len(answers) != INTERPRETERS or any(codes):
         return "reference_error"
-    if first != second:
+    if "nondeterministic" in answers or any(a != answers[0] for a in answers):
         return "nondeterministic"
+    first = answers[0]
+    if not isinstance(first, list) or len(first) != calls:
+        return "reference_error"
     return first
 
 

@@ -1,12 +1,13 @@
 """Admission by execution: one task per rule, breaking exactly that rule (real sandbox)."""
 
 import dataclasses
+import json
 
 import pytest
 
 from spade_ray.execution import canonical
-from spade_ray.records import Limits, TaskFamily, TaskSource
-from spade_ray.tasks.admission import AdmissionConfig, admit, null_solvers
+from spade_ray.records import ExecResult, ExecStatus, Limits, TaskFamily, TaskSource
+from spade_ray.tasks.admission import AdmissionConfig, _results, admit, null_solvers
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import parse_proposal
 
@@ -75,6 +76,36 @@ def test_a_reference_that_depends_on_the_hash_seed_is_nondeterministic(sandbox):
     p = proposal("def f(s: str) -> list:\n    return list(set(s.split()))",
                  "f('a b c d e f')\nf('x y z w v')")
     assert verdict(sandbox, p).reason == "nondeterministic"
+
+
+@pytest.mark.parametrize("body", [
+    # an address's low bits: the same in every fresh interpreter, they follow the heap
+    "def f(n: int) -> int:\n    return n + int(f'{object()}'[-4:-1], 16)",
+    # a set of objects is ordered by their addresses
+    "def f(n: int) -> int:\n    a, b = object(), object()\n    return n + (next(iter({a, b})) is a)",
+    # state kept between calls (a mutable default): an input's answer follows the calls before
+    "def f(n: int, seen: list = []) -> int:\n    seen.append(n)\n    return n + len(seen)",
+])
+def test_a_reference_whose_answer_follows_its_process_is_nondeterministic(sandbox, body):
+    """Each of these gives the same answers in two fresh interpreters, so the old check (two
+    interpreters, one pass) let them through to the grader, whose verdict then followed the
+    worker's history. Every interpreter now answers every input twice, on a moved heap."""
+    assert verdict(sandbox, proposal(body, "f(1)\nf(5)\nf(-3)\nf(10)")).reason == \
+        "nondeterministic"
+
+
+def test_interpreters_that_disagree_make_a_task_nondeterministic():
+    """Three interpreters, the last one's answers differ: what one bit of a random address
+    layout does to one in two of them."""
+    agree = json.dumps([["ok", "2"], ["ok", "6"]])
+    differs = json.dumps([["ok", "2"], ["ok", "7"]])
+    stdout = json.dumps([[0, agree, ""], [0, agree, ""], [0, differs, ""]])
+    run = ExecResult(status=ExecStatus.OK, exit_code=0, stdout=stdout, stderr="",
+                     truncated=False, wall_s=0.1, cpu_s=0.1, peak_memory_mb=10.0, env_hash="",
+                     limits_enforced_by="")
+    assert _results(run, 2, AdmissionConfig()) == "nondeterministic"
+    same = dataclasses.replace(run, stdout=json.dumps([[0, agree, ""]] * 3))
+    assert _results(same, 2, AdmissionConfig()) == [["ok", "2"], ["ok", "6"]]
 
 
 def test_inputs_the_reference_raises_on_are_dropped_until_too_few_remain(sandbox):
