@@ -82,7 +82,8 @@ def test_a_reference_that_depends_on_the_hash_seed_is_nondeterministic(sandbox):
     # an address's low bits: the same in every fresh interpreter, they follow the heap
     "def f(n: int) -> int:\n    return n + int(f'{object()}'[-4:-1], 16)",
     # a set of objects is ordered by their addresses
-    "def f(n: int) -> int:\n    a, b = object(), object()\n    return n + (next(iter({a, b})) is a)",
+    "def f(n: int) -> int:\n    a, b = object(), object()\n"
+    "    return n + (next(iter({a, b})) is a)",
     # state kept between calls (a mutable default): an input's answer follows the calls before
     "def f(n: int, seen: list = []) -> int:\n    seen.append(n)\n    return n + len(seen)",
 ])
