@@ -16,7 +16,8 @@ most common rejection reasons. Admission is the run's own (tasks/admission.py, l
 
 With --level N (repeatable) the same variants run again with the prompts a run's controller
 writes at difficulty level N (tasks/control.py: every program labelled with its difficulty, the
-asked-for task with the level's; the bench's seed tasks are unmeasured), each row "@levelN".
+asked-for task with the level's own label, below any run's label_floor; the bench's seed tasks
+are unmeasured), each row "@levelN".
 
 With --checkpoint RUN/checkpoints/step_N (repeatable) the same variants run again on that
 learner checkpoint's weights (the run's own learner settings), each row marked "+step_N": what
@@ -182,7 +183,7 @@ def main() -> int:
         seeds = load_seed_tasks(sandbox, limits)
         shared = (engines, template, work, seeds, sandbox, limits, args.dump)
         rows = measure("", variants, *shared)
-        control = ControlConfig()
+        control = ControlConfig(label_floor=-ControlConfig().max_level)  # the level's own label
         for level in args.level:
             guidance = Guidance(target=target_pass_rate(level, control),
                                 difficulty=level_label(level, control))

@@ -10,7 +10,8 @@ prompts, the replayed tasks, the trainer's rollback) and records them with their
   pass rate is closest to the level's target (`target_pass_rate`); every program in the
   generator prompt, theirs and the one asked for, carries a difficulty label
   (`difficulty_label`: a base model continues a labelled document, so the label is the
-  instruction it can follow); the families whose tasks the solver passes at about the
+  instruction it can follow; the asked-for one is never easier than `label_floor`'s); the
+  families whose tasks the solver passes at about the
   target rate get more of the round's prompts (`family_weights`); and, on the solver's side,
   codegen and repair prompts show more of a task's examples below level 0, fewer above it
   (`solver_hints`, off unless `hint_step` > 0: the task stays the same, its statement says
@@ -54,6 +55,12 @@ class ControlConfig:
     exemplars_by_difficulty: bool = True  # few-shot programs chosen by measured pass rate
     families_by_difficulty: bool = True  # more prompts for the families nearest the target
     difficulty_labels: bool = True  # label the programs in the generator prompt
+    # the easiest level whose label the generator is asked for: below it the asked-for task
+    # keeps this level's label ("medium" at 0) while the exemplars follow the level down.
+    # bench/generator_admission.py --level, 48 outputs each: the "very easy" prompts of level
+    # -2 (where a run whose solver passes nothing sits) admitted 5/48, "medium" 12/48 (more
+    # outputs missing a section, more constant outputs). -max_level: the label follows the level.
+    label_floor: int = 0
     # the hint lever: codegen and repair prompts show a task's visible examples at level 0,
     # `hint_step` more per level below it (easier), as many fewer per level above it (harder);
     # 0 turns it off (families.shown_examples never shows more than half of the examples)
@@ -76,6 +83,9 @@ class ControlConfig:
         if not 0 <= self.band_low < self.band_high <= 1:
             raise ValueError(f"control band must satisfy 0 <= band_low < band_high <= 1, got "
                              f"{self.band_low}..{self.band_high}")
+        if not -self.max_level <= self.label_floor <= self.max_level:
+            raise ValueError(f"control.label_floor must be a level in -max_level..max_level "
+                             f"(-{self.max_level}..{self.max_level}), got {self.label_floor}")
         if self.max_level < 0 or self.inject_hard < 0 or self.hint_step < 0 \
                 or self.max_topic_share < 1:
             raise ValueError("control: max_level, inject_hard and hint_step must be >= 0 and "
@@ -155,7 +165,9 @@ def difficulty_label(pass_rate: float | None) -> str:
 
 
 def level_label(level: int, config: ControlConfig) -> str:
-    return difficulty_label(target_pass_rate(level, config))
+    """The label of the task the generator is asked for at `level`, never easier than
+    `label_floor`'s."""
+    return difficulty_label(target_pass_rate(max(level, config.label_floor), config))
 
 
 def rank_exemplars(programs: Sequence[Task], topic: str, target: float | None,

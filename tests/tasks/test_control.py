@@ -18,6 +18,7 @@ from spade_ray.tasks.control import (
     family_weights,
     hardest,
     learnable,
+    level_label,
     next_level,
     solver_hints,
     target_pass_rate,
@@ -55,6 +56,17 @@ def test_the_levels_target_spans_the_band_and_labels_follow_it():
     assert [difficulty_label(t) for t in targets] == [
         "very easy", "easy", "medium", "hard", "very hard"]
     assert difficulty_label(None) == "medium" and difficulty_label(1.0) == "very easy"
+
+
+def test_the_asked_for_label_stops_at_the_floor_while_the_exemplars_target_follows():
+    assert [level_label(level, CONFIG) for level in (-2, -1, 0, 1, 2)] == [
+        "medium", "medium", "medium", "hard", "very hard"]
+    assert target_pass_rate(-2, CONFIG) == pytest.approx(0.9)
+    unfloored = ControlConfig(label_floor=-2)
+    assert [level_label(level, unfloored) for level in (-2, -1, 0)] == [
+        "very easy", "easy", "medium"]
+    with pytest.raises(ValueError, match="label_floor"):
+        ControlConfig(label_floor=-3)
 
 
 def test_the_hint_lever_shows_more_examples_below_level_0_and_fewer_above():
