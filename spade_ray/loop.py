@@ -95,7 +95,7 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
         record.rewarded(stages.reward_generator(
             chunk, record.task_pass_rates, run.loop.generator_reward, record.index,
             record.generator_outputs, record.versions.solver,
-            with_groups=run.on_groups))
+            with_groups=run.on_groups, flaky=frozenset(record.flaky)))
     _attempt(record, "export", record.export_pairs)
     items = round_items(run, record)
     if run.trainer is not None and not run.loop.overlap:
@@ -112,7 +112,9 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
                              injected=len(injected),
                              engine_busy_s=run.engine_busy_s() - busy_before)
     metrics = dataclasses.replace(metrics, warm_start=state.warm_start)
-    archive = stages.update_archive(state.archive, record.new_tasks, run.loop.archive_size)
+    archive = stages.update_archive([t for t in state.archive if t.task_id not in record.flaky],
+                                    [t for t in record.new_tasks if t.task_id not in record.flaky],
+                                    run.loop.archive_size)
     pending = items if run.trainer is not None and run.loop.overlap else ()
     metrics, next_state = steer(run, metrics, dataclasses.replace(
         state, archive=archive, replay_cursor=cursor, inject=(), warm_start=None,
@@ -224,8 +226,9 @@ def solve_execute_score(run: Run, record: RoundRecord, budget: Budget, tasks: Se
         solutions = run.solving.solve(tasks, record.index, budget.solver, hints=hints)
         started = time.monotonic()
         checks = stages.execute(run.executor, solutions, run.limits)
+        flaky = stages.flaky_tasks(run.executor, solutions.tasks, run.limits)
         scored = stages.score(solutions, checks, run.loop.pair_margin,
-                              with_groups=run.on_groups)
+                              with_groups=run.on_groups, flaky=flaky)
         record.timed("execute", time.monotonic() - started)
         record.solved(solutions, checks, scored, generated)
 

@@ -103,6 +103,7 @@ class RoundRecord:
     sandbox_reruns: int = 0
     sandbox_errors: int = 0
     hack_suspects: int = 0
+    flaky: set[str] = dataclasses.field(default_factory=set)  # stages.flaky_tasks' ids
     stage_s: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def generated(self, chunk: GeneratedChunk) -> None:
@@ -140,6 +141,7 @@ class RoundRecord:
         self.sandbox_reruns += sum(c.execution.attempts > 1 for c in checks)
         self.sandbox_errors += sum(c.execution.status is ExecStatus.SANDBOX_ERROR for c in checks)
         self.hack_suspects += sum(bool(c.suspicion) for c in checks)
+        self.flaky |= scored.flaky
         self.task_pass_rates.update(scored.pass_rates)
         families = {t.task_id: t.family for t in solutions.tasks}
         sources = {t.task_id: t.source for t in solutions.tasks}
@@ -235,7 +237,7 @@ class RoundRecord:
             tokens_generator=meters["generator"].total, tokens_solver=meters["solver"].total,
             sandbox_cpu_s=round(self.sandbox_cpu_s, 3),
             sandbox_reruns=self.sandbox_reruns, sandbox_errors=self.sandbox_errors,
-            hack_suspects=self.hack_suspects,
+            hack_suspects=self.hack_suspects, flaky_tasks=len(self.flaky),
             stage_s=tuple((k, round(v, 3)) for k, v in sorted(self.stage_s.items())),
             engine_busy_s=round(engine_busy_s, 3), wall_s=round(wall_s, 3), **learned)
 
@@ -244,7 +246,8 @@ def round_line(m: RoundMetrics) -> str:
     val = "n/a" if m.validation_pass_at_1 is None else f"{m.validation_pass_at_1:.3f}"
     reasons = ", ".join(f"{r}={n}" for r, n in m.rejection_reasons[:3]) or "-"
     sandbox = (f"sandbox {m.sandbox_cpu_s:.1f} cpu-s, {m.sandbox_reruns} re-run, "
-               f"{m.sandbox_errors} errors, {m.hack_suspects} hack suspects")
+               f"{m.sandbox_errors} errors, {m.hack_suspects} hack suspects"
+               + (f", {m.flaky_tasks} flaky tasks" if m.flaky_tasks else ""))
     return (f"round {m.round}: val pass@1 {val} ({m.validation_problems} problems) | tasks "
             f"{m.tasks_valid}/{m.tasks_proposed} valid (rejected: {reasons}) | new-task pass "
             f"{m.new_task_pass_rate:.2f} | difficulty {m.mean_difficulty:.2f} | pairs {m.pairs} "

@@ -8,6 +8,7 @@ records nothing and counts nothing; it returns a value that the loop hands to th
                          admitted by execution)
     Solving.solve        tasks  -> Solutions (K distinct candidate programs per task)
     execute              Solutions -> checks, one CheckResult per candidate (any Executor)
+    flaky_tasks          tasks -> the ids of those whose own reference fails their tests now
     score                Solutions + checks -> Scored (scores, preference pairs, GRPO groups)
     reward_generator     GeneratedChunk + pass rates -> GeneratorRewards (generator pairs)
     validate             the solver's pass@1 on the fixed validation set
@@ -35,6 +36,7 @@ from spade_ray.records import (
     CheckResult,
     Completion,
     CompletionGroup,
+    ExecStatus,
     Limits,
     PreferencePair,
     SamplingParams,
@@ -228,6 +230,25 @@ def execute(executor: Executor, solutions: Solutions, limits: Limits) -> list[Ch
                                limits=limits)
 
 
+def flaky_tasks(executor: Executor, tasks: Sequence[Task], limits: Limits) -> frozenset[str]:
+    """The ids of `tasks` whose own reference fails their tests here and now: a control run
+    beside the candidates, under their limits. Admission ran the reference in fresh
+    interpreters and once in a jail; a program whose answers follow what no run fixes (an
+    address's layout bits) can agree there by chance (2 in 60 tries for a one-bit dependence)
+    and then grade its candidates by luck, a pass rate the generator's reward would pay for.
+    The loop keeps such a task's candidates out of pairs, groups and pass rates, gives its
+    generator output the reward of a rejected one and drops it from the archive. Predict tasks
+    compare a literal with a stored answer (nothing of the jail enters the verdict): no control.
+    A control that met a sandbox_error twice tells nothing: not flaky."""
+    controlled = [t for t in tasks if t.family is not TaskFamily.PREDICT]
+    if not controlled:
+        return frozenset()
+    results = executor.check_many([executable(t, t.reference) for t in controlled],
+                                  [t.tests for t in controlled], limits=limits)
+    return frozenset(t.task_id for t, r in zip(controlled, results)
+                     if not r.passed and r.execution.status is not ExecStatus.SANDBOX_ERROR)
+
+
 @dataclasses.dataclass(frozen=True)
 class Scored:
     """The evaluator's verdicts on one batch and the training items built from them."""
@@ -236,18 +257,24 @@ class Scored:
     pairs: tuple[PreferencePair, ...]
     groups: tuple[CompletionGroup, ...]  # built only when the learner trains on groups
     pass_rates: dict[str, float]  # task id -> the fraction of its rated candidates that passed
-    rated: int  # candidates with a verdict (not sandbox_error)
+    rated: int  # candidates with a verdict (not sandbox_error) on tasks that are not flaky
     passed: int  # of those, how many passed every test
+    flaky: frozenset[str] = frozenset()  # tasks whose reference failed their tests (no items)
 
 
 def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: float,
-          with_groups: bool) -> Scored:
+          with_groups: bool, flaky: frozenset[str] = frozenset()) -> Scored:
+    """Every candidate's score; pairs, groups and pass rates of the tasks not in `flaky`
+    (flaky_tasks: their verdicts are luck, recorded but learnt from by neither role)."""
     scores = score_many(list(solutions.candidates), list(checks))
     pairs: list[PreferencePair] = []
     groups: list[CompletionGroup] = []
     rates: dict[str, float] = {}
-    rated = [s for s in scores if not needs_rerun(s)]
+    rated = [s for c, s in zip(solutions.candidates, scores)
+             if not needs_rerun(s) and c.task_id not in flaky]
     for task, prompt in zip(solutions.tasks, solutions.prompts):
+        if task.task_id in flaky:
+            continue
         mine = [(c, s) for c, s in zip(solutions.candidates, scores) if c.task_id == task.task_id]
         verdicts = [s for _, s in mine if not needs_rerun(s)]
         if verdicts:
@@ -257,7 +284,7 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
         if with_groups:
             groups += build_groups(task, prompt, [c for c, _ in mine], [s for _, s in mine])
     return Scored(tuple(scores), tuple(pairs), tuple(groups), rates, len(rated),
-                  sum(s.passed for s in rated))
+                  sum(s.passed for s in rated), flaky)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,16 +298,22 @@ class GeneratorRewards:
 
 def reward_generator(chunk: GeneratedChunk, pass_rates: Mapping[str, float],
                      kind: GeneratorReward, round_index: int, first_index: int,
-                     solver_version: int, with_groups: bool) -> GeneratorRewards:
+                     solver_version: int, with_groups: bool,
+                     flaky: frozenset[str] = frozenset()) -> GeneratorRewards:
     """Each output's reward from its admission and the solver's pass rate on its task; the
     outputs numbered from `first_index` (the round's outputs so far, in the order chunks
-    complete: a killed round's rows are discarded before it re-runs, so numbers repeat)."""
+    complete: a killed round's rows are discarded before it re-runs, so numbers repeat). An
+    output whose task turned out `flaky` (flaky_tasks) is rewarded as admission's rejections
+    are, and its outcome says "flaky"."""
     rewarded = []
     for i, item in enumerate(chunk.inputs):
-        rate = pass_rates.get(item.task_id) if item.task_id else None
+        flaked = item.task_id is not None and item.task_id in flaky
+        rate = pass_rates.get(item.task_id) if item.task_id and not flaked else None
         rewarded.append(dataclasses.replace(
             item, index=first_index + i, pass_rate=rate,
-            reward=generator_reward(item.task_id is not None, item.executed, rate, kind)))
+            outcome="flaky" if flaked else item.outcome,
+            reward=generator_reward(item.task_id is not None and not flaked, item.executed,
+                                    rate, kind)))
     inputs = tuple(rewarded)
     return GeneratorRewards(inputs, tuple(build_generator_pairs(inputs, round_index,
                                                                 solver_version)),

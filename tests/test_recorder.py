@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from spade_ray import stages
-from spade_ray.recorder import Recorder
+from spade_ray.preferences.generator import REJECTED_REWARD
+from spade_ray.recorder import Recorder, round_line
 from spade_ray.records import Completion, ExecStatus, Limits, SamplingParams
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.tasks.templates import load_prompts
@@ -63,6 +64,34 @@ def test_a_sandbox_error_candidate_is_traced_but_never_paired(record, tmp_path):
     traced = db.execute("SELECT candidate_id FROM executions WHERE status='sandbox_error'")
     paired = {c for p in scored.pairs for c in (p.chosen_candidate_id, p.rejected_candidate_id)}
     assert traced.fetchall() == [("t0/2",)] and "t0/2" not in paired and scored.pairs
+
+
+def test_a_flaky_tasks_candidates_are_traced_but_neither_paired_nor_rated(record, tmp_path):
+    batch = solutions(3)
+    checks = [f.check(), f.check(passed=False), f.check()]
+    scored = stages.score(batch, checks, pair_margin=0.0, with_groups=True,
+                          flaky=frozenset({"t0"}))
+    assert (scored.pairs, scored.groups, scored.pass_rates) == ((), (), {})
+    assert (scored.rated, scored.passed) == (0, 0) and len(scored.scores) == 3
+    record.solved(batch, checks, scored, generated=True)
+    meters = {"generator": TokenMeter("generator"), "solver": TokenMeter("solver")}
+    metrics = record.metrics(None, 0, None, meters, 1.0)
+    assert (metrics.flaky_tasks, metrics.pairs, metrics.new_task_candidates) == (1, 0, 0)
+    assert "1 flaky tasks" in round_line(metrics)
+    db = sqlite3.connect(tmp_path / "trace.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM executions").fetchone() == (3,)
+
+
+def test_a_flaky_tasks_generator_output_is_rewarded_as_a_rejected_one():
+    task = f.task()
+    output = dataclasses.replace(f.generator_input(), outcome="admitted", task_id=task.task_id,
+                                 executed=True, reward=None, pass_rate=None)
+    (item,) = stages.reward_generator(chunk_with([output]), {task.task_id: 0.5},
+                                      stages.GeneratorReward.BAND, 0, first_index=0,
+                                      solver_version=0, with_groups=False,
+                                      flaky=frozenset({task.task_id})).inputs
+    assert (item.outcome, item.task_id, item.pass_rate, item.reward) == \
+        ("flaky", task.task_id, None, REJECTED_REWARD)
 
 
 def chunk_with(items) -> stages.GeneratedChunk:

@@ -1,8 +1,11 @@
-"""Pure stage helpers of the round: what is replayed, what is archived."""
+"""Stage helpers of the round: what is replayed, what is archived, which tasks are flaky."""
 
 import dataclasses
 
 from spade_ray import stages
+from spade_ray.execution import canonical
+from spade_ray.records import TaskFamily, TestSuite
+from tests.conftest import TEST_LIMITS
 from tests.tracking import factories as f
 
 
@@ -30,3 +33,24 @@ def test_replay_takes_the_newest_generated_tasks_first_then_rotates_the_seeds():
 def test_archive_keeps_the_last_distinct_tasks():
     old, new = tasks("a", 3), tasks("a", 2) + tasks("b", 2)
     assert ids(stages.update_archive(old, new, 3)) == ["a2", "b0", "b1"]
+
+
+def examples_task(task_id: str, family: TaskFamily, expected: int):
+    """A task whose tests expect `expected` for f(2); its reference returns 4."""
+    entry = "answer" if family is TaskFamily.PREDICT else "f"
+    args = () if family is TaskFamily.PREDICT else (2,)
+    return dataclasses.replace(
+        f.task(), task_id=task_id, family=family, reference="def f(x):\n    return x * 2\n",
+        tests=TestSuite(examples=(canonical.example(args, expected),), entry_point=entry))
+
+
+def test_a_task_whose_reference_fails_its_own_tests_now_is_flaky(sandbox):
+    """What a reference reading its process would do on an unlucky worker, made certain: its
+    tests expect what it does not return here. A predict task compares a literal with its
+    stored answer and gets no control."""
+    tasks = [examples_task("good", TaskFamily.CODEGEN, 4),
+             examples_task("flaky", TaskFamily.CODEGEN, 5),
+             examples_task("flaky-repair", TaskFamily.REPAIR, 5),
+             examples_task("predict", TaskFamily.PREDICT, 5)]
+    assert stages.flaky_tasks(sandbox, tasks, TEST_LIMITS) == {"flaky", "flaky-repair"}
+    assert stages.flaky_tasks(sandbox, tasks[3:], TEST_LIMITS) == frozenset()
