@@ -19,7 +19,8 @@ task's own, not the candidate's).
 What crosses is data: arguments are copies (a test cannot see the candidate mutate them), and only
 functions can be called (no objects, no module attributes). An exception the candidate raises
 comes back as the builtin exception of that name (or CandidateException), so tests that expect a
-`ValueError` work; a candidate that dies, answers out of turn or sends malformed data fails every
+`ValueError` work, except StopIteration and StopAsyncIteration, which would end the test's own
+iteration (a CandidateException instead); a candidate that dies, answers out of turn or sends malformed data fails every
 later call with CandidateGone, a BaseException that test code's `except Exception` cannot
 swallow. Everything the tester notices that honest code would not do is reported as `suspicion`.
 
@@ -119,6 +120,10 @@ def _exception(link, type_name, message):
     if isinstance(cls, type) and issubclass(cls, BaseException) and not issubclass(cls, Exception):
         link.note(f"raised {type_name} in a test call")  # SystemExit, KeyboardInterrupt, ...
         return CandidateGone(f"{type_name}: {message}")
+    if isinstance(cls, type) and issubclass(cls, (StopIteration, StopAsyncIteration)):
+        # Raised from a call inside map(), filter(), zip() or next(it, default), it would end
+        # the test's own iteration: all(map(lambda x: f(x) == y, xs)) passes on the empty rest
+        return CandidateException(f"{type_name}: {message}")
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:
             return cls(message)
