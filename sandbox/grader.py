@@ -20,9 +20,10 @@ What crosses is data: arguments are copies (a test cannot see the candidate muta
 functions can be called (no objects, no module attributes). An exception the candidate raises
 comes back as the builtin exception of that name (or CandidateException), so tests that expect a
 `ValueError` work, except StopIteration and StopAsyncIteration, which would end the test's own
-iteration (a CandidateException instead); a candidate that dies, answers out of turn or sends malformed data fails every
-later call with CandidateGone, a BaseException that test code's `except Exception` cannot
-swallow. Everything the tester notices that honest code would not do is reported as `suspicion`.
+iteration (a CandidateException instead); a candidate that dies, answers out of turn or sends
+malformed data fails every later call with CandidateGone, a BaseException that test code's
+`except Exception` cannot swallow. Everything the tester notices that honest code would not do
+is reported as `suspicion`.
 
 Report (fd 3, one JSON object, then exit): {"nonce", "outcomes": [...], "suspicion": [str]}.
 """
