@@ -226,9 +226,9 @@ def solve_execute_score(run: Run, record: RoundRecord, budget: Budget, tasks: Se
         solutions = run.solving.solve(tasks, record.index, budget.solver, hints=hints)
         started = time.monotonic()
         checks = stages.execute(run.executor, solutions, run.limits)
-        flaky = stages.flaky_tasks(run.executor, solutions.tasks, run.limits)
+        controls = stages.control(run.executor, solutions.tasks, run.limits)
         scored = stages.score(solutions, checks, run.loop.pair_margin,
-                              with_groups=run.on_groups, flaky=flaky)
+                              with_groups=run.on_groups, controls=controls)
         record.timed("execute", time.monotonic() - started)
         record.solved(solutions, checks, scored, generated)
 

@@ -103,7 +103,7 @@ class RoundRecord:
     sandbox_reruns: int = 0
     sandbox_errors: int = 0
     hack_suspects: int = 0
-    flaky: set[str] = dataclasses.field(default_factory=set)  # stages.flaky_tasks' ids
+    flaky: set[str] = dataclasses.field(default_factory=set)  # stages.control's flaky ids
     stage_s: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def generated(self, chunk: GeneratedChunk) -> None:
@@ -137,11 +137,11 @@ class RoundRecord:
         self.timed("solve", solutions.solve_s)
         self.sampled += solutions.sampled
         self.distinct += len(candidates)
-        self.sandbox_cpu_s += sum(c.execution.cpu_s for c in checks)
+        self.sandbox_cpu_s += sum(c.execution.cpu_s for c in checks) + scored.controls.cpu_s
         self.sandbox_reruns += sum(c.execution.attempts > 1 for c in checks)
         self.sandbox_errors += sum(c.execution.status is ExecStatus.SANDBOX_ERROR for c in checks)
         self.hack_suspects += sum(bool(c.suspicion) for c in checks)
-        self.flaky |= scored.flaky
+        self.flaky |= scored.controls.flaky
         self.task_pass_rates.update(scored.pass_rates)
         families = {t.task_id: t.family for t in solutions.tasks}
         sources = {t.task_id: t.source for t in solutions.tasks}

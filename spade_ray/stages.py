@@ -8,7 +8,7 @@ records nothing and counts nothing; it returns a value that the loop hands to th
                          admitted by execution)
     Solving.solve        tasks  -> Solutions (K distinct candidate programs per task)
     execute              Solutions -> checks, one CheckResult per candidate (any Executor)
-    flaky_tasks          tasks -> the ids of those whose own reference fails their tests now
+    control              tasks -> Controls (those whose own reference fails their tests now)
     score                Solutions + checks -> Scored (scores, preference pairs, GRPO groups)
     reward_generator     GeneratedChunk + pass rates -> GeneratorRewards (generator pairs)
     validate             the solver's pass@1 on the fixed validation set
@@ -230,23 +230,32 @@ def execute(executor: Executor, solutions: Solutions, limits: Limits) -> list[Ch
                                limits=limits)
 
 
-def flaky_tasks(executor: Executor, tasks: Sequence[Task], limits: Limits) -> frozenset[str]:
-    """The ids of `tasks` whose own reference fails their tests here and now: a control run
-    beside the candidates, under their limits. Admission ran the reference in fresh
-    interpreters and once in a jail; a program whose answers follow what no run fixes (an
-    address's layout bits) can agree there by chance (2 in 60 tries for a one-bit dependence)
-    and then grade its candidates by luck, a pass rate the generator's reward would pay for.
-    The loop keeps such a task's candidates out of pairs, groups and pass rates, gives its
-    generator output the reward of a rejected one and drops it from the archive. Predict tasks
-    compare a literal with a stored answer (nothing of the jail enters the verdict): no control.
-    A control that met a sandbox_error twice tells nothing: not flaky."""
+@dataclasses.dataclass(frozen=True)
+class Controls:
+    """What running a batch's own references beside its candidates found (`control`)."""
+
+    flaky: frozenset[str] = frozenset()  # ids of the tasks whose reference failed their tests
+    cpu_s: float = 0.0  # the control runs' sandbox CPU
+
+
+def control(executor: Executor, tasks: Sequence[Task], limits: Limits) -> Controls:
+    """Each task's own reference against its tests, here and now, under the candidates'
+    limits. Admission ran the reference in fresh interpreters and once in a jail; a program
+    whose answers follow what no run fixes (an address's layout bits) can agree there by
+    chance (2 in 60 tries for a one-bit dependence) and then grade its candidates by luck, a
+    pass rate the generator's reward would pay for. A task whose reference fails is flaky: the
+    loop keeps its candidates out of pairs, groups and pass rates, gives its generator output
+    the reward of a rejected one and drops it from the archive. Predict tasks compare a literal
+    with a stored answer (nothing of the jail enters the verdict): no control. A control that
+    met a sandbox_error twice tells nothing: not flaky."""
     controlled = [t for t in tasks if t.family is not TaskFamily.PREDICT]
     if not controlled:
-        return frozenset()
+        return Controls()
     results = executor.check_many([executable(t, t.reference) for t in controlled],
                                   [t.tests for t in controlled], limits=limits)
-    return frozenset(t.task_id for t, r in zip(controlled, results)
-                     if not r.passed and r.execution.status is not ExecStatus.SANDBOX_ERROR)
+    return Controls(frozenset(t.task_id for t, r in zip(controlled, results) if not r.passed
+                              and r.execution.status is not ExecStatus.SANDBOX_ERROR),
+                    sum(r.execution.cpu_s for r in results))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,13 +268,14 @@ class Scored:
     pass_rates: dict[str, float]  # task id -> the fraction of its rated candidates that passed
     rated: int  # candidates with a verdict (not sandbox_error) on tasks that are not flaky
     passed: int  # of those, how many passed every test
-    flaky: frozenset[str] = frozenset()  # tasks whose reference failed their tests (no items)
+    controls: Controls = Controls()  # the batch's flaky tasks make no items
 
 
 def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: float,
-          with_groups: bool, flaky: frozenset[str] = frozenset()) -> Scored:
-    """Every candidate's score; pairs, groups and pass rates of the tasks not in `flaky`
-    (flaky_tasks: their verdicts are luck, recorded but learnt from by neither role)."""
+          with_groups: bool, controls: Controls = Controls()) -> Scored:
+    """Every candidate's score; pairs, groups and pass rates of the tasks `controls` did not
+    find flaky (their verdicts are luck: recorded, but learnt from by neither role)."""
+    flaky = controls.flaky
     scores = score_many(list(solutions.candidates), list(checks))
     pairs: list[PreferencePair] = []
     groups: list[CompletionGroup] = []
@@ -284,7 +294,7 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
         if with_groups:
             groups += build_groups(task, prompt, [c for c, _ in mine], [s for _, s in mine])
     return Scored(tuple(scores), tuple(pairs), tuple(groups), rates, len(rated),
-                  sum(s.passed for s in rated), flaky)
+                  sum(s.passed for s in rated), controls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,7 +313,7 @@ def reward_generator(chunk: GeneratedChunk, pass_rates: Mapping[str, float],
     """Each output's reward from its admission and the solver's pass rate on its task; the
     outputs numbered from `first_index` (the round's outputs so far, in the order chunks
     complete: a killed round's rows are discarded before it re-runs, so numbers repeat). An
-    output whose task turned out `flaky` (flaky_tasks) is rewarded as admission's rejections
+    output whose task turned out `flaky` (`control`) is rewarded as admission's rejections
     are, and its outcome says "flaky"."""
     rewarded = []
     for i, item in enumerate(chunk.inputs):

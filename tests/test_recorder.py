@@ -70,13 +70,14 @@ def test_a_flaky_tasks_candidates_are_traced_but_neither_paired_nor_rated(record
     batch = solutions(3)
     checks = [f.check(), f.check(passed=False), f.check()]
     scored = stages.score(batch, checks, pair_margin=0.0, with_groups=True,
-                          flaky=frozenset({"t0"}))
+                          controls=stages.Controls(frozenset({"t0"}), cpu_s=0.5))
     assert (scored.pairs, scored.groups, scored.pass_rates) == ((), (), {})
     assert (scored.rated, scored.passed) == (0, 0) and len(scored.scores) == 3
     record.solved(batch, checks, scored, generated=True)
     meters = {"generator": TokenMeter("generator"), "solver": TokenMeter("solver")}
     metrics = record.metrics(None, 0, None, meters, 1.0)
     assert (metrics.flaky_tasks, metrics.pairs, metrics.new_task_candidates) == (1, 0, 0)
+    assert metrics.sandbox_cpu_s == pytest.approx(3 * 0.0625 + 0.5, abs=1e-3)  # the control too
     assert "1 flaky tasks" in round_line(metrics)
     db = sqlite3.connect(tmp_path / "trace.sqlite")
     assert db.execute("SELECT COUNT(*) FROM executions").fetchone() == (3,)

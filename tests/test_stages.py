@@ -52,5 +52,6 @@ def test_a_task_whose_reference_fails_its_own_tests_now_is_flaky(sandbox):
              examples_task("flaky", TaskFamily.CODEGEN, 5),
              examples_task("flaky-repair", TaskFamily.REPAIR, 5),
              examples_task("predict", TaskFamily.PREDICT, 5)]
-    assert stages.flaky_tasks(sandbox, tasks, TEST_LIMITS) == {"flaky", "flaky-repair"}
-    assert stages.flaky_tasks(sandbox, tasks[3:], TEST_LIMITS) == frozenset()
+    controls = stages.control(sandbox, tasks, TEST_LIMITS)
+    assert controls.flaky == {"flaky", "flaky-repair"} and controls.cpu_s > 0
+    assert stages.control(sandbox, tasks[3:], TEST_LIMITS) == stages.Controls()

@@ -133,7 +133,7 @@ class RoundMetrics:
     sandbox_reruns: int = 0  # candidates whose execution was re-run after a sandbox_error
     sandbox_errors: int = 0  # candidates still sandbox_error after the re-run (not in pairs)
     hack_suspects: int = 0  # candidates whose check found evidence of probing the grader
-    # tasks whose own reference failed their tests beside their candidates (stages.flaky_tasks):
+    # tasks whose own reference failed their tests beside their candidates (stages.control):
     # kept out of pairs, pass rates and the archive, their generator output rewarded as rejected
     flaky_tasks: int = 0
     pairs_from_generated: int = 0  # solver pairs on tasks generated in this run (not seeds)
