@@ -250,8 +250,8 @@ def test_a_collapse_rollback_serves_an_earlier_accepted_checkpoint_under_a_new_v
 
 
 def demonstrations(n):
-    return [Demonstration(f"t{i}", PROMPT, "def add(a, b):\n    return a + b\n", Role.SOLVER)
-            for i in range(n)]
+    """The held-out solution itself, as the text after the prompt (what a warm start imitates)."""
+    return [Demonstration(f"t{i}", PROMPT, HELDOUT[0][1], Role.SOLVER) for i in range(n)]
 
 
 def test_an_sft_warm_start_is_served_and_kept_when_validation_holds(placed, tmp_path):
