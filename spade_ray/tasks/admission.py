@@ -26,12 +26,12 @@ Every rejection has a short, countable reason (the round's metrics count them):
 How outputs become expected values: a driver program (trusted text, run in the sandbox like any
 candidate) runs the reference on every input in three fresh interpreters, each with a random
 string-hash seed and address layout of its own (`-I` ignores PYTHONHASHSEED, so an optimised
-generator has no fixed seeds to fit), twice in each (see RUNNER), and prints each result's repr;
-the host turns the reprs back into values with ast.literal_eval and encodes them as canonical
-data. With `augment_inputs`, a generated proposal's inputs are joined by that many mutations of
-them (tasks/augment.py), run by a second driver job: the reference computes their outputs too,
-so they can only add examples (a limit hit or a crash on them drops them, and never the task),
-except that a disagreement between the interpreters on them rejects the task as
+generator has no fixed seeds to fit), twice in each (tasks/driver.py), and prints each result's
+repr; the host turns the reprs back into values with ast.literal_eval and encodes them as
+canonical data. With `augment_inputs`, a generated proposal's inputs are joined by that many
+mutations of them (tasks/augment.py), run by a second driver job: the reference computes their
+outputs too, so they can only add examples (a limit hit or a crash on them drops them, and never
+the task), except that a disagreement between the interpreters on them rejects the task as
 nondeterministic. Examples keep the generator's own inputs first (the visible ones, and the one
 a predict task asks, are its own). What the sandboxed program printed is not trusted: the
 reference is then checked against the examples by the trusted grader, out of its process, with
@@ -59,6 +59,7 @@ from spade_ray.records import (
     TaskSource,
     TestSuite,
 )
+from spade_ray.tasks import driver
 from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.imports import ALLOWED_IMPORTS
@@ -80,54 +81,6 @@ ALWAYS_EQUAL = """
     return Anything()
 """
 
-# Runs in the sandbox: the reference on every input, in INTERPRETERS fresh interpreters (each
-# with its own random hash seed and address layout), twice in each (the second time on a heap
-# moved by live ballast), one JSON line out. Each interpreter prints [["ok", repr] | ["raise",
-# type name], ...], or "nondeterministic" when its two passes disagree. Why so many: what a
-# program can read of its own process (the order of a set of strings, an object's address in
-# f"{object()}") may agree between two interpreters by chance (1 in 2 for one bit), and such a
-# task is graded by luck, a pass rate the generator's reward would pay for. A third interpreter
-# halves that chance again, and the second pass catches the bits that follow the heap (the
-# low bits of an address) rather than the layout. Cost: ~40 ms of CPU per interpreter.
-INTERPRETERS = 3
-PASSES = 2  # over the inputs, in each interpreter
-RUNNER = r'''
-import ast, json, os, sys
-job = json.loads(sys.stdin.read())
-out = os.fdopen(os.dup(1), "w")
-null = os.open(os.devnull, os.O_WRONLY)
-os.dup2(null, 1)
-namespace = {"__name__": "reference"}
-exec(compile(job["source"], "<reference>", "exec"), namespace)
-
-
-def answers():
-    results = []
-    for args in job["calls"]:
-        try:
-            results.append(["ok", repr(namespace[job["entry"]](*ast.literal_eval(args)))])
-        except BaseException as e:
-            results.append(["raise", type(e).__name__])
-    return results
-
-
-first = answers()
-ballast = [object() for _ in range(100000)]  # 1.6 MB: a new arena, the heap moves
-out.write(json.dumps(first if answers() == first else "nondeterministic"))
-out.flush()
-'''
-DRIVER = r'''
-import json, subprocess, sys
-job = sys.stdin.read()
-runs = []
-for _ in range(INTERPRETERS):
-    done = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=job, text=True,
-                          capture_output=True, env={})
-    runs.append([done.returncode, done.stdout[-4000000:], done.stderr[-2000:]])
-print(json.dumps(runs))
-'''.replace("RUNNER", repr(RUNNER)).replace("INTERPRETERS", str(INTERPRETERS))
-
-
 @dataclasses.dataclass(frozen=True)
 class AdmissionConfig:
     min_examples: int = 2  # inputs the reference must answer (with plain data)
@@ -135,7 +88,7 @@ class AdmissionConfig:
     max_mutants: int = 8
     min_mutation_score: float = 0.5  # fraction of mutants the examples must kill
     max_reference_cpu_s: float = 2.0  # two passes over the inputs (the driver makes
-    # INTERPRETERS * PASSES of them and is judged pro rata)
+    # driver.INTERPRETERS * driver.PASSES of them and is judged pro rata)
     augment_inputs: int = 0  # a generated proposal's extra inputs, mutations of its own
     check_timeout_s: float = 0.5  # per null-solver / mutant / reference check (a mutant that
     # loops is killed either way; the reference itself must answer well within it)
@@ -216,13 +169,9 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     extras = {key: augmented_inputs(proposals[first[key]].inputs, count,
                                     _seed(proposals[first[key]])) for key in running}
     augmenting = [key for key in running if extras[key]]
-    # Every interpreter runs every input PASSES times: that many times the task's limits, plus
-    # their start-up.
-    runs = INTERPRETERS * PASSES
-    driver_limits = dataclasses.replace(limits, timeout_s=runs * limits.timeout_s + 1.5,
-                                        cpu_s=runs * limits.cpu_s + 1.5)
     jobs = running + [_job(proposals[first[key]], extras[key]) for key in augmenting]
-    runs = executor.run_many([DRIVER] * len(jobs), jobs, limits=driver_limits)
+    runs = executor.run_many([driver.DRIVER] * len(jobs), jobs,
+                             limits=driver.driver_limits(limits))
     extra_runs = dict(zip(augmenting, runs[len(running):]))
     cores: dict[str, _Core | str] = {key: reason for key, reason in static.items() if reason}
     for key, run in zip(running, runs):
@@ -247,8 +196,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
 
 
 def _job(proposal: Proposal, inputs: Sequence[tuple]) -> str:
-    return json.dumps({"source": proposal.reference, "entry": proposal.entry_point,
-                       "calls": [repr(args) for args in inputs]})
+    return driver.job(proposal.reference, proposal.entry_point, inputs)
 
 
 def _seed(proposal: Proposal) -> int:
@@ -259,13 +207,13 @@ def _seed(proposal: Proposal) -> int:
 def _core(proposal: Proposal, run, config: AdmissionConfig,
           extras: Sequence[tuple] = (), extra_run=None) -> _Core | str:
     """The examples the driver's runs establish, or the rejection reason."""
-    results = _results(run, len(proposal.inputs), config)
+    results = driver.answers(run, len(proposal.inputs), config.max_reference_cpu_s)
     if isinstance(results, str):
         return results
     own = _examples(proposal.inputs, results)
     more: list[IOExample] = []
     if extra_run is not None:
-        extra_results = _results(extra_run, len(extras), config)
+        extra_results = driver.answers(extra_run, len(extras), config.max_reference_cpu_s)
         if extra_results == "nondeterministic":
             return extra_results
         if not isinstance(extra_results, str):  # a limit or crash on extras only loses them
@@ -277,31 +225,6 @@ def _core(proposal: Proposal, run, config: AdmissionConfig,
         return "constant_outputs"
     return _Core(examples, len(own),
                  run.cpu_s + (extra_run.cpu_s if extra_run is not None else 0.0))
-
-
-def _results(run, calls: int, config: AdmissionConfig) -> list | str:
-    """Per input, ["ok", repr] or ["raise", type name] from a driver run (the interpreters
-    agreeing), or the rejection reason."""
-    if run.status is ExecStatus.SANDBOX_ERROR:
-        return "sandbox_error"
-    if run.status is not ExecStatus.OK:
-        return f"reference_{run.status.value}"
-    if run.cpu_s > config.max_reference_cpu_s * INTERPRETERS * PASSES / 2:
-        return "reference_slow"
-    try:
-        interpreters = json.loads(run.stdout)
-        codes = [code for code, _, _ in interpreters]
-        answers = [json.loads(out) for _, out, _ in interpreters]
-    except (ValueError, TypeError):
-        return "reference_error"  # the reference failed at import, or broke its own output
-    if len(answers) != INTERPRETERS or any(codes):
-        return "reference_error"
-    if "nondeterministic" in answers or any(a != answers[0] for a in answers):
-        return "nondeterministic"
-    first = answers[0]
-    if not isinstance(first, list) or len(first) != calls:
-        return "reference_error"
-    return first
 
 
 def _examples(inputs: Sequence[tuple], results: list) -> list[IOExample]:

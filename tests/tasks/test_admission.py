@@ -7,8 +7,9 @@ import pytest
 
 from spade_ray.execution import canonical
 from spade_ray.records import ExecResult, ExecStatus, Limits, TaskFamily, TaskSource
-from spade_ray.tasks.admission import AdmissionConfig, _results, admit, null_solvers
+from spade_ray.tasks.admission import AdmissionConfig, admit, null_solvers
 from spade_ray.tasks.diversity import normalised_hash
+from spade_ray.tasks.driver import answers
 from spade_ray.tasks.format import parse_proposal
 
 CODEGEN, REPAIR, PREDICT = TaskFamily.CODEGEN, TaskFamily.REPAIR, TaskFamily.PREDICT
@@ -104,9 +105,9 @@ def test_interpreters_that_disagree_make_a_task_nondeterministic():
     run = ExecResult(status=ExecStatus.OK, exit_code=0, stdout=stdout, stderr="",
                      truncated=False, wall_s=0.1, cpu_s=0.1, peak_memory_mb=10.0, env_hash="",
                      limits_enforced_by="")
-    assert _results(run, 2, AdmissionConfig()) == "nondeterministic"
+    assert answers(run, 2, AdmissionConfig().max_reference_cpu_s) == "nondeterministic"
     same = dataclasses.replace(run, stdout=json.dumps([[0, agree, ""]] * 3))
-    assert _results(same, 2, AdmissionConfig()) == [["ok", "2"], ["ok", "6"]]
+    assert answers(same, 2, AdmissionConfig().max_reference_cpu_s) == [["ok", "2"], ["ok", "6"]]
 
 
 def test_inputs_the_reference_raises_on_are_dropped_until_too_few_remain(sandbox):

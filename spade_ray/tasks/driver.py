@@ -1,0 +1,100 @@
+"""The driver: the trusted program admission runs in the sandbox to learn a reference's answers.
+
+It runs the reference on every input in INTERPRETERS fresh interpreters and reads back, per
+input, the repr of the result or the name of the exception; `answers` turns its output into
+those results or a rejection reason (admission.py names them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+from spade_ray.records import ExecResult, ExecStatus, Limits
+
+# Runs in the sandbox: the reference on every input, in INTERPRETERS fresh interpreters (each
+# with its own random hash seed and address layout), twice in each (the second time on a heap
+# moved by live ballast), one JSON line out. Each interpreter prints [["ok", repr] | ["raise",
+# type name], ...], or "nondeterministic" when its two passes disagree. Why so many: what a
+# program can read of its own process (the order of a set of strings, an object's address in
+# f"{object()}") may agree between two interpreters by chance (1 in 2 for one bit), and such a
+# task is graded by luck, a pass rate the generator's reward would pay for. A third interpreter
+# halves that chance again, and the second pass catches the bits that follow the heap (the
+# low bits of an address) rather than the layout. Cost: ~40 ms of CPU per interpreter.
+INTERPRETERS = 3
+PASSES = 2  # over the inputs, in each interpreter
+RUNNER = r'''
+import ast, json, os, sys
+job = json.loads(sys.stdin.read())
+out = os.fdopen(os.dup(1), "w")
+null = os.open(os.devnull, os.O_WRONLY)
+os.dup2(null, 1)
+namespace = {"__name__": "reference"}
+exec(compile(job["source"], "<reference>", "exec"), namespace)
+
+
+def answers():
+    results = []
+    for args in job["calls"]:
+        try:
+            results.append(["ok", repr(namespace[job["entry"]](*ast.literal_eval(args)))])
+        except BaseException as e:
+            results.append(["raise", type(e).__name__])
+    return results
+
+
+first = answers()
+ballast = [object() for _ in range(100000)]  # 1.6 MB: a new arena, the heap moves
+out.write(json.dumps(first if answers() == first else "nondeterministic"))
+out.flush()
+'''
+DRIVER = r'''
+import json, subprocess, sys
+job = sys.stdin.read()
+runs = []
+for _ in range(INTERPRETERS):
+    done = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=job, text=True,
+                          capture_output=True, env={})
+    runs.append([done.returncode, done.stdout[-4000000:], done.stderr[-2000:]])
+print(json.dumps(runs))
+'''.replace("RUNNER", repr(RUNNER)).replace("INTERPRETERS", str(INTERPRETERS))
+
+
+def job(reference: str, entry_point: str, inputs: Sequence[tuple]) -> str:
+    """The DRIVER's stdin: the reference, its entry point and the inputs as reprs."""
+    return json.dumps({"source": reference, "entry": entry_point,
+                       "calls": [repr(args) for args in inputs]})
+
+
+def driver_limits(limits: Limits) -> Limits:
+    """Every interpreter runs every input PASSES times: that many times the task's limits, plus
+    their start-up."""
+    runs = INTERPRETERS * PASSES
+    return dataclasses.replace(limits, timeout_s=runs * limits.timeout_s + 1.5,
+                               cpu_s=runs * limits.cpu_s + 1.5)
+
+
+def answers(run: ExecResult, calls: int, max_reference_cpu_s: float) -> list | str:
+    """Per input, ["ok", repr] or ["raise", type name] from a DRIVER run (the interpreters
+    agreeing), or admission's rejection reason. `max_reference_cpu_s` is for two passes."""
+    if run.status is ExecStatus.SANDBOX_ERROR:
+        return "sandbox_error"
+    if run.status is not ExecStatus.OK:
+        return f"reference_{run.status.value}"
+    if run.cpu_s > max_reference_cpu_s * INTERPRETERS * PASSES / 2:
+        return "reference_slow"
+    try:
+        interpreters = json.loads(run.stdout)
+        codes = [code for code, _, _ in interpreters]
+        outputs = [json.loads(out) for _, out, _ in interpreters]
+    except (ValueError, TypeError):
+        return "reference_error"  # the reference failed at import, or broke its own output
+    if len(outputs) != INTERPRETERS or any(codes):
+        return "reference_error"
+    if "nondeterministic" in outputs or any(o != outputs[0] for o in outputs):
+        return "nondeterministic"
+    first = outputs[0]
+    if not isinstance(first, list) or len(first) != calls:
+        return "reference_error"
+    return first
