@@ -90,8 +90,8 @@ class AdmissionConfig:
     max_reference_cpu_s: float = 2.0  # two passes over the inputs (the driver makes
     # driver.INTERPRETERS * driver.PASSES of them and is judged pro rata)
     augment_inputs: int = 0  # a generated proposal's extra inputs, mutations of its own
-    check_timeout_s: float = 0.5  # per null-solver / mutant / reference check (a mutant that
-    # loops is killed either way; the reference itself must answer well within it)
+    check_timeout_s: float = 0.5  # per null-solver / mutant check (a mutant that loops is
+    # killed either way); the reference's own check runs under the task's limits
 
     def __post_init__(self) -> None:
         if self.min_examples < 1 or self.visible_examples < 0 or self.max_mutants < 0 \
@@ -256,12 +256,16 @@ def null_solvers(signature: str) -> dict[str, str]:
 def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
             config: AdmissionConfig) -> dict[str, list[tuple[str, str, CheckResult]]]:
     """The trusted checks of every proposal that ran: its reference, the null solvers and its
-    mutants against its examples; per proposal key, (role, program, result), reference first."""
+    mutants against its examples; per proposal key, (role, program, result), reference first.
+    The reference is checked under the task's own limits, as its candidates will be: under
+    `check_timeout_s` (meant for mutants that loop), a make run whose learner shared the cores
+    timed one out and rejected a sound task as reference_fails_examples."""
+    suites = {key: TestSuite(examples=core.examples, entry_point=p.entry_point)
+              for key, (p, core) in cores.items()}
+    references = executor.check_many([p.reference for p, _ in cores.values()],
+                                     list(suites.values()), limits=limits) if cores else []
     jobs: list[tuple[str, str, str]] = []  # (key, role, program)
-    suites = {}
-    for key, (p, core) in cores.items():
-        suites[key] = TestSuite(examples=core.examples, entry_point=p.entry_point)
-        jobs.append((key, "reference", p.reference))
+    for key, (p, _) in cores.items():
         jobs += [(key, f"null:{name}", code) for name, code in null_solvers(p.signature).items()]
         jobs += [(key, "mutant", code)
                  for code in mutants(p.reference, config.max_mutants, _seed(p))]
@@ -271,7 +275,8 @@ def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
     results = executor.check_many([code for _, _, code in jobs],
                                   [suites[key] for key, _, _ in jobs],
                                   limits=check_limits) if jobs else []
-    out: dict[str, list[tuple[str, str, CheckResult]]] = {key: [] for key in cores}
+    out = {key: [("reference", p.reference, result)]
+           for (key, (p, _)), result in zip(cores.items(), references)}
     for (key, role, code), result in zip(jobs, results):
         out[key].append((role, code, result))
     return out

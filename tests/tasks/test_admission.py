@@ -163,6 +163,13 @@ def test_a_reference_whose_printed_output_lies_fails_the_trusted_check(sandbox):
     assert verdict(sandbox, p).reason == "reference_fails_examples"
 
 
+def test_the_reference_is_checked_under_the_tasks_limits_not_the_mutants_timeout(sandbox):
+    # A mutants' timeout no check can meet stands for a loaded machine: the reference must
+    # still be judged by what it returns.
+    v = verdict(sandbox, GOOD, config=AdmissionConfig(check_timeout_s=0.001))
+    assert v.valid, v.reason
+
+
 def test_null_solvers_cover_constants_echoes_and_an_always_equal_object():
     names = set(null_solvers("def f(a: int, b: str = 'x') -> int:"))
     assert {"none", "zero", "empty_list", "echo_a", "echo_b", "always_equal"} <= names
