@@ -16,7 +16,9 @@ Every rejection has a short, countable reason (the round's metrics count them):
                 reference_slow          the reference needs more than `max_reference_cpu_s`
     trivial     constant_outputs        every input gives the same output
                 trivial_passes:<name>   a null solver passes every example (a constant, an echo
-                                        of an argument, an object equal to everything)
+                                        of an argument, an object equal to everything); for
+                                        predict, the asked call's answer is such a constant
+                                        (so no bool: a guess passes half the time) or an echo
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
                                         reference's mutants
                 no_killed_mutant        repair: no mutant is caught, so there is no bug to fix
@@ -253,6 +255,26 @@ def null_solvers(signature: str) -> dict[str, str]:
     return programs
 
 
+def guessed_answer(p: Proposal, asked: IOExample) -> str | None:
+    """The null solver that states a predict task's answer without reading its program, or
+    None. A predict task is one call, so its null solvers are answers, not programs: a
+    constant (a bool is a coin flip: a solver guessing it passes half the time, the pass rate
+    the generator's learnability reward pays most for) or an echo of one of the call's own
+    arguments, compared type-exactly, as the grader compares."""
+    node = ast.parse(p.signature + "\n    pass\n").body[0]
+    params = [a.arg for a in node.args.posonlyargs + node.args.args]
+    guesses = {name: ast.literal_eval(value) for name, value in NULL_CONSTANTS.items()}
+    for i, arg in enumerate(canonical.decode(asked.args)):
+        guesses[f"echo_{params[i] if i < len(params) else i}"] = arg
+    for name, value in guesses.items():
+        try:
+            if canonical.encode(value) == asked.expected:
+                return name
+        except canonical.NotPlainData:
+            continue
+    return None
+
+
 def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
             config: AdmissionConfig) -> dict[str, list[tuple[str, str, CheckResult]]]:
     """The trusted checks of every proposal that ran: its reference, the null solvers and its
@@ -295,6 +317,13 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     for role, _, result in checks:
         if role.startswith("null:") and result.passed:
             return reject(f"trivial_passes:{role.split(':', 1)[1]}")
+    asked = core.own - 1  # predict's question: the generator's last input (its first ones
+    # are its simplest) whose answer a null solver cannot state
+    if family is TaskFamily.PREDICT:
+        fair = [i for i in range(core.own) if guessed_answer(p, core.examples[i]) is None]
+        if not fair:
+            return reject(f"trivial_passes:{guessed_answer(p, core.examples[asked])}")
+        asked = fair[-1]
     judged = [(code, r) for role, code, r in checks
               if role == "mutant" and r.execution.status is not ExecStatus.SANDBOX_ERROR]
     killed = [(code, r) for code, r in judged if not r.passed]
@@ -307,25 +336,24 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
             return Admitted(p, family, None, "no_killed_mutant", cpu, score)
         # The subtlest caught bug: the mutant that passes the most examples.
         buggy = max(killed, key=lambda k: sum(o.outcome == "passed" for o in k[1].outcomes))[0]
-    task = make_task(p, family, topic, core.examples, core.own, buggy, limits, config, source,
+    task = make_task(p, family, topic, core.examples, asked, buggy, limits, config, source,
                      generator_version)
     return Admitted(p, family, task, "", cpu, score)
 
 
 def make_task(p: Proposal, family: TaskFamily, topic: str, examples: tuple[IOExample, ...],
-              own: int, buggy: str | None, limits: Limits, config: AdmissionConfig,
+              asked: int, buggy: str | None, limits: Limits, config: AdmissionConfig,
               source: TaskSource, generator_version: int) -> Task:
-    """The task of `family` made of an admitted proposal and its examples (the first `own`
-    of them on the generator's own inputs)."""
+    """The task of `family` made of an admitted proposal and its examples (a predict task
+    asks `examples[asked]`, one of the generator's own inputs)."""
     suite = TestSuite(examples=examples, entry_point=p.entry_point)
     visible = examples[:config.visible_examples]
     if family is TaskFamily.PREDICT:
-        # The question: the generator's last input (its first ones are its simplest); the
-        # answer is the output as data, returned by the candidate's `answer()`.
-        asked = examples[own - 1]
-        visible = (asked,)
+        # The answer is the output as data, returned by the candidate's `answer()`.
+        question = examples[asked]
+        visible = (question,)
         suite = TestSuite(examples=(IOExample(args=canonical.encode(()),
-                                              expected=asked.expected),),
+                                              expected=question.expected),),
                           entry_point=PREDICT_ENTRY)
     blob = json.dumps([family, p.description, p.reference, [dataclasses.astuple(e)
                                                              for e in suite.examples], buggy])

@@ -49,7 +49,7 @@ def load_seed_proposals(path: Path = SEED_FILE) -> list[tuple[str, Proposal]]:
 def load_seed_tasks(executor, limits: Limits = Limits(),
                     config: AdmissionConfig = AdmissionConfig(), path: Path = SEED_FILE,
                     cache_dir: Path | None = CACHE_DIR) -> list[Task]:
-    """Every seed as a task of every family (repair: where a mutant is caught), admitted in the
+    """Every seed as a task of every family it makes (_not_this_family), admitted in the
     sandbox or read from the cache. A seed that fails admission otherwise is an error: the
     shipped pool must be valid."""
     cached = None if cache_dir is None else cache_dir / f"{_key(path, limits, config)}.json"
@@ -74,11 +74,19 @@ def admit_seeds(executor, limits: Limits, config: AdmissionConfig, path: Path = 
     verdicts = admit([p for _, p, _ in jobs], [f for _, _, f in jobs], [t for t, _, _ in jobs],
                      executor, limits, config, source=TaskSource.SEED)
     failed = [f"{v.proposal.entry_point} as {v.family}: {v.reason}" for v in verdicts
-              if not v.valid and v.reason != "no_killed_mutant"]
+              if not v.valid and not _not_this_family(v)]
     if failed:
         raise ValueError(f"{path}: {len(failed)} seed task(s) not admitted: "
                          + "; ".join(failed))
     return [v.task for v in verdicts if v.task is not None]
+
+
+def _not_this_family(v: admission.Admitted) -> bool:
+    """A seed need not make a task of every family: repair needs a mutant its examples catch,
+    predict an answer that no guess states (a seed answering True or False is a codegen task,
+    not a question). A null solver that passes the whole suite fails its codegen task too."""
+    return v.reason == "no_killed_mutant" or (
+        v.family is TaskFamily.PREDICT and v.reason.startswith("trivial_passes:"))
 
 
 def _key(path: Path, limits: Limits, config: AdmissionConfig) -> str:

@@ -170,6 +170,27 @@ def test_the_reference_is_checked_under_the_tasks_limits_not_the_mutants_timeout
     assert v.valid, v.reason
 
 
+def test_a_predict_task_never_asks_for_an_answer_a_guess_can_give(sandbox):
+    # A bool is a coin flip: a solver that guesses passes half the time, which is what the
+    # generator's learnability reward pays most for. As code to write, the same is a task.
+    p = proposal("def f(s: str) -> bool:\n    return s == s[::-1]",
+                 "f('abba')\nf('abc')\nf('xyx')\nf('ab')")
+    assert verdict(sandbox, p, CODEGEN).valid
+    assert verdict(sandbox, p, PREDICT).reason in ("trivial_passes:true", "trivial_passes:false")
+    # So are an empty result and an echo of the call's own argument, whichever input is asked;
+    # a question is the generator's last input whose answer no such guess states.
+    p = proposal("def f(n: int) -> int:\n    return n if n > 5 else n * 10",
+                 "f(1)\nf(2)\nf(7)\nf(9)")
+    v = verdict(sandbox, p, PREDICT)
+    assert v.valid, v.reason
+    assert canonical.decode(v.task.visible[0].args) == (2,)
+    assert canonical.decode(v.task.tests.examples[0].expected) == 20
+    p = proposal("def f(xs: list[int]) -> list[int]:\n    return xs if len(xs) > 1 else []",
+                 "f([3, 1])\nf([5])\nf([2, 4, 6])")
+    assert verdict(sandbox, p, PREDICT).reason in ("trivial_passes:echo_xs",
+                                                   "trivial_passes:empty_list")
+
+
 def test_null_solvers_cover_constants_echoes_and_an_always_equal_object():
     names = set(null_solvers("def f(a: int, b: str = 'x') -> int:"))
     assert {"none", "zero", "empty_list", "echo_a", "echo_b", "always_equal"} <= names
@@ -209,7 +230,7 @@ def args_of(task):
 
 def test_augmented_inputs_follow_the_generators_own_and_the_prompt_shows_only_its_own(sandbox):
     # Every input the generator wrote is a multiple of 3: constant on its own inputs.
-    p = proposal("def f(n: int) -> bool:\n    return n % 3 == 0", "f(3)\nf(6)\nf(9)")
+    p = proposal("def f(n: int) -> int:\n    return n % 3 + 5", "f(3)\nf(6)\nf(9)")
     assert verdict(sandbox, p).reason == "constant_outputs"
     for family in (CODEGEN, PREDICT):
         v = verdict(sandbox, p, family, AUGMENT)
@@ -219,7 +240,7 @@ def test_augmented_inputs_follow_the_generators_own_and_the_prompt_shows_only_it
     task = verdict(sandbox, p, CODEGEN, AUGMENT).task
     assert args_of(task)[:3] == [(3,), (6,), (9,)] and len(args_of(task)) > 3
     assert [canonical.decode(e.args) for e in task.visible] == [(3,), (6,)]
-    assert {canonical.decode(e.expected) for e in task.tests.examples} == {True, False}
+    assert {canonical.decode(e.expected) for e in task.tests.examples} > {5}
 
 
 def test_seed_tasks_are_not_augmented(sandbox):
