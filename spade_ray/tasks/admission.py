@@ -18,7 +18,9 @@ Every rejection has a short, countable reason (the round's metrics count them):
                 trivial_passes:<name>   a null solver passes every example (a constant, an echo
                                         of an argument, an object equal to everything); for
                                         predict, the asked call's answer is such a constant
-                                        (so no bool: a guess passes half the time) or an echo
+                                        (so no bool: a guess passes half the time) or an echo;
+                trivial_passes:lookup   a table of the shown examples plus one guessed value
+                                        (a shown output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
                                         reference's mutants
                 no_killed_mutant        repair: no mutant is caught, so there is no bug to fix
@@ -255,6 +257,19 @@ def null_solvers(signature: str) -> dict[str, str]:
     return programs
 
 
+def lookup_passes(examples: Sequence[IOExample], visible: int) -> str | None:
+    """"lookup" when a solver that returns the shown examples' outputs for their inputs, and
+    one guessed value for any other input, passes every example: the hidden examples are none,
+    or all give one value that is a shown output or a null constant (e.g. an is_prime whose
+    augmented inputs are all composite). Such a task pays a solver for copying its prompt."""
+    hidden = {e.expected for e in examples[visible:]}
+    if len(hidden) > 1:
+        return None
+    guessable = {e.expected for e in examples[:visible]} | \
+        {canonical.encode(ast.literal_eval(v)) for v in NULL_CONSTANTS.values()}
+    return "lookup" if not hidden or hidden <= guessable else None
+
+
 def guessed_answer(p: Proposal, asked: IOExample) -> str | None:
     """The null solver that states a predict task's answer without reading its program, or
     None. A predict task is one call, so its null solvers are answers, not programs: a
@@ -317,6 +332,9 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     for role, _, result in checks:
         if role.startswith("null:") and result.passed:
             return reject(f"trivial_passes:{role.split(':', 1)[1]}")
+    if family is not TaskFamily.PREDICT and (lookup := lookup_passes(core.examples,
+                                                                     config.visible_examples)):
+        return reject(f"trivial_passes:{lookup}")
     asked = core.own - 1  # predict's question: the generator's last input (its first ones
     # are its simplest) whose answer a null solver cannot state
     if family is TaskFamily.PREDICT:

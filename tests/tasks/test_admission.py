@@ -111,18 +111,19 @@ def test_interpreters_that_disagree_make_a_task_nondeterministic():
 
 
 def test_inputs_the_reference_raises_on_are_dropped_until_too_few_remain(sandbox):
-    p = proposal("def f(n: int) -> int:\n    return 10 // n", "f(0)\nf(2)\nf(5)")
+    p = proposal("def f(n: int) -> int:\n    return 10 // n", "f(0)\nf(2)\nf(5)\nf(3)")
     v = verdict(sandbox, p)
-    assert v.valid and [canonical.decode(e.args) for e in v.task.tests.examples] == [(2,), (5,)]
-    assert verdict(sandbox, p, config=AdmissionConfig(min_examples=3)).reason == \
+    assert v.valid and [canonical.decode(e.args) for e in v.task.tests.examples] == \
+        [(2,), (5,), (3,)]
+    assert verdict(sandbox, p, config=AdmissionConfig(min_examples=4)).reason == \
         "reference_raises"
 
 
 def test_an_output_that_is_not_plain_data_is_not_an_example(sandbox):
     p = proposal("def f(n: int) -> float:\n    return n * 2 if n > 1 else float('nan')",
-                 "f(0)\nf(2)\nf(3)")
+                 "f(0)\nf(2)\nf(3)\nf(4)")
     v = verdict(sandbox, p)
-    assert v.valid and len(v.task.tests.examples) == 2
+    assert v.valid and len(v.task.tests.examples) == 3
 
 
 def test_a_slow_reference_is_rejected(sandbox):
@@ -144,14 +145,14 @@ def test_a_task_an_echo_solves_is_trivial(sandbox):
 
 def test_examples_that_kill_few_mutants_are_weak(sandbox):
     p = proposal("def f(a: int, b: int) -> int:\n    return a + b if a < 1000 else a - b",
-                 "f(1, 2)\nf(3, 4)")
+                 "f(1, 2)\nf(3, 4)\nf(5, 6)")
     v = verdict(sandbox, p)
     assert v.reason == "weak_examples" and v.mutation_score < 0.5
     assert verdict(sandbox, p, config=AdmissionConfig(min_mutation_score=0.0)).valid
 
 
 def test_repair_needs_a_mutant_the_examples_catch(sandbox):
-    p = proposal("def f(s: str) -> str:\n    return s.upper()", "f('a')\nf('bc')")
+    p = proposal("def f(s: str) -> str:\n    return s.upper()", "f('a')\nf('bc')\nf('xyz')")
     assert verdict(sandbox, p, CODEGEN).valid
     assert verdict(sandbox, p, REPAIR).reason == "no_killed_mutant"
 
@@ -189,6 +190,25 @@ def test_a_predict_task_never_asks_for_an_answer_a_guess_can_give(sandbox):
                  "f([3, 1])\nf([5])\nf([2, 4, 6])")
     assert verdict(sandbox, p, PREDICT).reason in ("trivial_passes:echo_xs",
                                                    "trivial_passes:empty_list")
+
+
+@pytest.mark.parametrize("family", [CODEGEN, REPAIR])
+def test_a_task_a_table_of_its_shown_examples_passes_is_trivial(sandbox, family):
+    # Two examples are shown (AdmissionConfig.visible_examples): a solver that returns their
+    # outputs for their inputs, and one guess for any other, must fail a hidden example.
+    no_hidden = proposal("def f(n: int) -> int:\n    return n * n + 1", "f(2)\nf(3)")
+    assert verdict(sandbox, no_hidden, family).reason == "trivial_passes:lookup"
+    # Hidden outputs all False, one of the shown outputs ...
+    shown = proposal("def f(n: int) -> bool:\n    return n in (2, 3, 5, 7)",
+                     "f(2)\nf(4)\nf(8)\nf(9)\nf(10)")
+    assert verdict(sandbox, shown, family).reason == "trivial_passes:lookup"
+    # ... or all a null constant the shown ones never give.
+    constant = proposal("def f(n: int) -> int:\n    return n - 1 if n < 5 else 0",
+                        "f(2)\nf(4)\nf(8)\nf(9)")
+    assert verdict(sandbox, constant, family).reason == "trivial_passes:lookup"
+    mixed = proposal("def f(n: int) -> bool:\n    return n in (2, 3, 5, 7)",
+                     "f(2)\nf(4)\nf(5)\nf(9)")
+    assert verdict(sandbox, mixed, family, AdmissionConfig(min_mutation_score=0.0)).valid
 
 
 def test_null_solvers_cover_constants_echoes_and_an_always_equal_object():
@@ -273,7 +293,7 @@ def test_augmented_examples_do_not_stand_in_for_the_generators_own(sandbox):
 def test_augmented_inputs_kill_mutants_the_generators_own_miss(sandbox):
     # Own inputs never reach the else branch (a >= 3); a one-step change of a does.
     p = proposal("def f(a: int, b: int) -> int:\n    return a + b if a < 3 else a - b",
-                 "f(1, 2)\nf(2, 4)")
+                 "f(1, 2)\nf(2, 4)\nf(0, 5)")
     assert verdict(sandbox, p).reason == "weak_examples"
     v = verdict(sandbox, p, config=AUGMENT)
     assert v.valid and v.mutation_score > verdict(sandbox, p).mutation_score
