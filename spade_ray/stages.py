@@ -276,7 +276,8 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
     """Every candidate's score; pairs, groups and pass rates of the tasks `controls` did not
     find flaky (their verdicts are luck: recorded, but learnt from by neither role)."""
     flaky = controls.flaky
-    scores = score_many(list(solutions.candidates), list(checks))
+    scores = score_many(list(solutions.candidates), list(checks),
+                        {t.task_id: t for t in solutions.tasks})
     pairs: list[PreferencePair] = []
     groups: list[CompletionGroup] = []
     rates: dict[str, float] = {}

@@ -13,7 +13,8 @@ from spade_ray.evaluation.scoring import (
     rank_key,
     score,
     score_many,
+    shown_examples,
 )
 
 __all__ = ["IncomparableScores", "SandboxFailure", "compare", "needs_rerun", "rank_key", "score",
-           "score_many"]
+           "score_many", "shown_examples"]

@@ -2,7 +2,10 @@
 
 Hard rules first, and only rules:
   * value = fraction of the task's tests passed (partial credit), from the harness's confirmed
-    per-test outcomes;
+    per-test outcomes; of a task whose prompt shows some of its examples (`shown`), the
+    fraction of the others: a program that returns the shown outputs for the shown inputs and
+    anything for the rest earns no credit for copying its prompt (shown examples still decide
+    `passed`);
   * value = 0.0 when the run hit a limit (timeout, memory_limit, output_limit), was killed, or
     failed before its tests ran (error with no test report) - whatever it printed;
   * passed = `CheckResult.passed` (every test passed, the sentinel seen, the run ended ok);
@@ -25,7 +28,7 @@ the rules call equal (compare == 0) may be sent to a judge; a judge never overri
 
 from __future__ import annotations
 
-from spade_ray.records import Candidate, CheckResult, ExecStatus, Score
+from spade_ray.records import Candidate, CheckResult, ExecStatus, Score, Task, Verdict
 
 # Measured here (HumanEval's 164 canonical solutions x5 through the local sandbox): the same
 # program's cpu_s varied by up to 13 ms (16 ms vs 29 ms; 2 ms vs 7.5 ms spikes), so 5 ms is not
@@ -50,8 +53,16 @@ class IncomparableScores(ValueError):
     """Two scores that cannot be ordered (different tasks or different test counts)."""
 
 
-def score(candidate: Candidate, result: CheckResult) -> Score:
-    """The evaluator's verdict on `candidate` from its check result."""
+def shown_examples(task: Task) -> int:
+    """How many of the task's examples its prompt shows: the leading ones that are its visible
+    examples (a predict task shows a call, not an example of its `answer()` suite)."""
+    k = len(task.visible)
+    return k if k and task.tests.examples[:k] == task.visible else 0
+
+
+def score(candidate: Candidate, result: CheckResult, shown: int = 0) -> Score:
+    """The evaluator's verdict on `candidate` from its check result; `shown`: how many of the
+    suite's leading examples the candidate's prompt showed (they give no partial credit)."""
     status = result.execution.status
     if status in ZERO_STATUSES or (status is ExecStatus.ERROR and not result.outcomes):
         value, tests_passed = 0.0, 0
@@ -59,18 +70,32 @@ def score(candidate: Candidate, result: CheckResult) -> Score:
         # An `error` after the report (e.g. a non-zero exit at interpreter exit) keeps partial
         # credit; it still cannot pass, and rank_key puts passed above an equal value.
         tests_passed = result.tests_passed
-        value = result.fraction_passed
+        value = _unshown_fraction(result, shown)
     return Score(candidate_id=candidate.candidate_id, task_id=candidate.task_id, value=value,
                  passed=result.passed, tests_passed=tests_passed,
                  tests_total=result.tests_total, status=status,
                  cpu_s=result.execution.cpu_s, peak_memory_mb=result.execution.peak_memory_mb)
 
 
-def score_many(candidates: list[Candidate], results: list[CheckResult]) -> list[Score]:
+def _unshown_fraction(result: CheckResult, shown: int) -> float:
+    hidden = result.tests_total - shown
+    if shown <= 0 or hidden <= 0:
+        return result.fraction_passed
+    names = {f"example[{i}]" for i in range(shown)}
+    copied = sum(o.outcome is Verdict.PASSED and o.name in names for o in result.outcomes)
+    return (result.tests_passed - copied) / hidden
+
+
+def score_many(candidates: list[Candidate], results: list[CheckResult],
+               tasks: dict[str, Task] | None = None) -> list[Score]:
+    """score() of each candidate; with `tasks` (id -> task), what each one's prompt showed
+    gives no partial credit."""
     if len(candidates) != len(results):
         raise ValueError(f"score_many got {len(candidates)} candidates but {len(results)} "
                          "check results")
-    return [score(c, r) for c, r in zip(candidates, results)]
+    tasks = tasks or {}
+    return [score(c, r, shown_examples(tasks[c.task_id]) if c.task_id in tasks else 0)
+            for c, r in zip(candidates, results)]
 
 
 def needs_rerun(s: Score) -> bool:

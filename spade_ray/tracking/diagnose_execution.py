@@ -15,7 +15,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from spade_ray.evaluation import score, score_many
+from spade_ray.evaluation import score, score_many, shown_examples
 from spade_ray.execution import Executor
 from spade_ray.records import Candidate, CheckResult, ExecStatus, Limits, Score, Task
 from spade_ray.tasks import executable
@@ -108,7 +108,7 @@ def evaluator_section(trace: RunTrace, recheck: int, executor: Executor | None,
     scored = [(r, c) for r, c in trace.candidates
               if (r, c.candidate_id) in trace.checks and (r, c.candidate_id) in trace.scores]
     fresh = score_many([c for _, c in scored],
-                       [trace.checks[(r, c.candidate_id)] for r, c in scored])
+                       [trace.checks[(r, c.candidate_id)] for r, c in scored], trace.known_tasks())
     recorded = [trace.scores[(r, c.candidate_id)] for r, c in scored]
     checks = [_agreement(CheckName.RESCORE, "re-scored", recorded, fresh, _same_score)]
     notes = ["re-execution skipped (--recheck N re-runs N sampled candidates in the sandbox)"]
@@ -140,7 +140,8 @@ def _reexecute(candidates: Sequence[Candidate], tasks: dict[str, Task],
         checks = executor.check_many([executable(tasks[c.task_id], c.code) for c in group],
                                      [tasks[c.task_id].tests for c in group], limits=limits)
         results.update(zip(indexes, checks))
-    return [score(c, results[i]) for i, c in enumerate(candidates)]
+    return [score(c, results[i], shown_examples(tasks[c.task_id]))
+            for i, c in enumerate(candidates)]
 
 
 def _agreement(name: CheckName, how: str, recorded: Sequence[Score], fresh: Sequence[Score],

@@ -13,8 +13,9 @@ from spade_ray.evaluation.scoring import (
     rank_key,
     score,
     score_many,
+    shown_examples,
 )
-from spade_ray.execution import Sandbox
+from spade_ray.execution import Sandbox, canonical
 from spade_ray.records import (
     Candidate,
     CheckResult,
@@ -22,6 +23,9 @@ from spade_ray.records import (
     ExecStatus,
     Limits,
     Score,
+    Task,
+    TaskFamily,
+    TaskSource,
     TestOutcome,
     TestSuite,
 )
@@ -177,3 +181,33 @@ def test_same_code_gets_the_same_verdicts_every_time(sandbox):
     # The order is not trivially all ties: efficiency and correctness both separate someone.
     order = runs[0][1]
     assert order[0][1] == 1 and order[0][2] == 1 and order[0][3] == 1 and order[3][4] == 1
+
+
+def examples_task(family: TaskFamily, visible: int) -> Task:
+    """clip(x) = min(x, 10) on six inputs, the first `visible` shown in the prompt."""
+    examples = tuple(canonical.example((x,), min(x, 10)) for x in (3, 12, 7, 20, 0, 15))
+    return Task(task_id="clip", family=family, topic="math", description="Clip x at 10.",
+                entry_point="clip", signature="def clip(x: int) -> int:",
+                tests=TestSuite(examples=examples, entry_point="clip"),
+                reference="def clip(x: int) -> int:\n    return min(x, 10)\n", buggy=None,
+                visible=examples[:visible], limits=LIMITS, source=TaskSource.SEED)
+
+
+def test_the_examples_a_prompt_shows_give_no_partial_credit(sandbox):
+    # A table of the two shown examples (clip(3) == 3, clip(12) == 10) and a guess for the
+    # rest: it passes 2 of 6 examples, the 2 it was shown.
+    table = "def clip(x):\n    return {3: 3, 12: 10}.get(x, 5)\n"
+    half = "def clip(x):\n    return x if x < 10 else 0\n"  # right below 10 only: 3 of 6
+    task = examples_task(TaskFamily.CODEGEN, visible=2)
+    assert shown_examples(task) == 2
+    results = sandbox.check_many([table, half], [task.tests] * 2)
+    lookup, partial = score_many([candidate(table, 0, "clip"), candidate(half, 1, "clip")],
+                                 results, {"clip": task})
+    assert (lookup.tests_passed, lookup.value, lookup.passed) == (2, 0.0, False)
+    assert (partial.tests_passed, partial.value) == (3, 0.5)  # clip(7), clip(0) of 4 unshown
+    assert score(candidate(table, 0, "clip"), results[0]).value == pytest.approx(2 / 6)
+    # Nothing shown, or a predict task (its prompt shows a call, not an example of its suite).
+    assert shown_examples(examples_task(TaskFamily.CODEGEN, visible=0)) == 0
+    predict = dataclasses.replace(task, family=TaskFamily.PREDICT, tests=TestSuite(
+        examples=(canonical.example((), 10),), entry_point="answer"))
+    assert shown_examples(predict) == 0
