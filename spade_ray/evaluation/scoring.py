@@ -2,10 +2,11 @@
 
 Hard rules first, and only rules:
   * value = fraction of the task's tests passed (partial credit), from the harness's confirmed
-    per-test outcomes; of a task whose prompt shows some of its examples (`shown`), the
-    fraction of the others: a program that returns the shown outputs for the shown inputs and
-    anything for the rest earns no credit for copying its prompt (shown examples still decide
-    `passed`);
+    per-test outcomes. Given the task, no credit for what its prompt gives away: of a task
+    whose prompt shows some of its examples, the fraction of the others (a table of the shown
+    examples earns nothing; they still decide `passed`); a repair task gets none (1.0 or 0.0):
+    the buggy program its prompt shows is the mutant that passes the most examples, so a copy
+    of it would outscore an honest fix that breaks one more;
   * value = 0.0 when the run hit a limit (timeout, memory_limit, output_limit), was killed, or
     failed before its tests ran (error with no test report) - whatever it printed;
   * passed = `CheckResult.passed` (every test passed, the sentinel seen, the run ended ok);
@@ -28,7 +29,15 @@ the rules call equal (compare == 0) may be sent to a judge; a judge never overri
 
 from __future__ import annotations
 
-from spade_ray.records import Candidate, CheckResult, ExecStatus, Score, Task, Verdict
+from spade_ray.records import (
+    Candidate,
+    CheckResult,
+    ExecStatus,
+    Score,
+    Task,
+    TaskFamily,
+    Verdict,
+)
 
 # Measured here (HumanEval's 164 canonical solutions x5 through the local sandbox): the same
 # program's cpu_s varied by up to 13 ms (16 ms vs 29 ms; 2 ms vs 7.5 ms spikes), so 5 ms is not
@@ -60,9 +69,9 @@ def shown_examples(task: Task) -> int:
     return k if k and task.tests.examples[:k] == task.visible else 0
 
 
-def score(candidate: Candidate, result: CheckResult, shown: int = 0) -> Score:
-    """The evaluator's verdict on `candidate` from its check result; `shown`: how many of the
-    suite's leading examples the candidate's prompt showed (they give no partial credit)."""
+def score(candidate: Candidate, result: CheckResult, task: Task | None = None) -> Score:
+    """The evaluator's verdict on `candidate` from its check result; with its task, partial
+    credit leaves out what the task's prompt gave away."""
     status = result.execution.status
     if status in ZERO_STATUSES or (status is ExecStatus.ERROR and not result.outcomes):
         value, tests_passed = 0.0, 0
@@ -70,7 +79,12 @@ def score(candidate: Candidate, result: CheckResult, shown: int = 0) -> Score:
         # An `error` after the report (e.g. a non-zero exit at interpreter exit) keeps partial
         # credit; it still cannot pass, and rank_key puts passed above an equal value.
         tests_passed = result.tests_passed
-        value = _unshown_fraction(result, shown)
+        if task is None:
+            value = result.fraction_passed
+        elif task.family is TaskFamily.REPAIR:
+            value = 1.0 if result.passed else 0.0
+        else:
+            value = _unshown_fraction(result, shown_examples(task))
     return Score(candidate_id=candidate.candidate_id, task_id=candidate.task_id, value=value,
                  passed=result.passed, tests_passed=tests_passed,
                  tests_total=result.tests_total, status=status,
@@ -88,14 +102,12 @@ def _unshown_fraction(result: CheckResult, shown: int) -> float:
 
 def score_many(candidates: list[Candidate], results: list[CheckResult],
                tasks: dict[str, Task] | None = None) -> list[Score]:
-    """score() of each candidate; with `tasks` (id -> task), what each one's prompt showed
-    gives no partial credit."""
+    """score() of each candidate, with its task when `tasks` (id -> task) has it."""
     if len(candidates) != len(results):
         raise ValueError(f"score_many got {len(candidates)} candidates but {len(results)} "
                          "check results")
     tasks = tasks or {}
-    return [score(c, r, shown_examples(tasks[c.task_id]) if c.task_id in tasks else 0)
-            for c, r in zip(candidates, results)]
+    return [score(c, r, tasks.get(c.task_id)) for c, r in zip(candidates, results)]
 
 
 def needs_rerun(s: Score) -> bool:

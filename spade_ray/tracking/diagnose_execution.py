@@ -15,7 +15,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from spade_ray.evaluation import score, score_many, shown_examples
+from spade_ray.evaluation import score, score_many
 from spade_ray.execution import Executor
 from spade_ray.records import Candidate, CheckResult, ExecStatus, Limits, Score, Task
 from spade_ray.tasks import executable
@@ -140,8 +140,7 @@ def _reexecute(candidates: Sequence[Candidate], tasks: dict[str, Task],
         checks = executor.check_many([executable(tasks[c.task_id], c.code) for c in group],
                                      [tasks[c.task_id].tests for c in group], limits=limits)
         results.update(zip(indexes, checks))
-    return [score(c, results[i], shown_examples(tasks[c.task_id]))
-            for i, c in enumerate(candidates)]
+    return [score(c, results[i], tasks[c.task_id]) for i, c in enumerate(candidates)]
 
 
 def _agreement(name: CheckName, how: str, recorded: Sequence[Score], fresh: Sequence[Score],

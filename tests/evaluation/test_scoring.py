@@ -211,3 +211,16 @@ def test_the_examples_a_prompt_shows_give_no_partial_credit(sandbox):
     predict = dataclasses.replace(task, family=TaskFamily.PREDICT, tests=TestSuite(
         examples=(canonical.example((), 10),), entry_point="answer"))
     assert shown_examples(predict) == 0
+
+
+def test_a_repair_is_right_or_it_is_not(sandbox):
+    # The buggy program a repair prompt shows passes most examples by construction: copied, it
+    # would outscore an honest fix that breaks one more.
+    task = dataclasses.replace(examples_task(TaskFamily.REPAIR, visible=2),
+                               buggy="def clip(x: int) -> int:\n    return min(x, 15)\n")
+    fix, copy, near = task.reference, task.buggy, "def clip(x):\n    return min(x, 10) or 1\n"
+    results = sandbox.check_many([fix, copy, near], [task.tests] * 3)
+    assert [r.tests_passed for r in results] == [6, 3, 5]
+    scores = score_many([candidate(code, i, "clip") for i, code in enumerate([fix, copy, near])],
+                        results, {"clip": task})
+    assert [(s.value, s.passed) for s in scores] == [(1.0, True), (0.0, False), (0.0, False)]
