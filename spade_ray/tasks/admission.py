@@ -18,7 +18,8 @@ Every rejection has a short, countable reason (the round's metrics count them):
                 trivial_passes:<name>   a null solver passes every example (a constant, an echo
                                         of an argument, an object equal to everything); for
                                         predict, the asked call's answer is such a constant
-                                        (so no bool: a guess passes half the time) or an echo;
+                                        (so no bool: a guess passes half the time), an echo
+                                        or a literal of the program;
                 trivial_passes:lookup   a table of the shown examples plus one guessed value
                                         (a shown output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
@@ -274,14 +275,17 @@ def guessed_answer(p: Proposal, asked: IOExample) -> str | None:
     """The null solver that states a predict task's answer without reading its program, or
     None. A predict task is one call, so its null solvers are answers, not programs: a
     constant (a bool is a coin flip: a solver guessing it passes half the time, the pass rate
-    the generator's learnability reward pays most for) or an echo of one of the call's own
-    arguments, compared type-exactly, as the grader compares."""
+    the generator's learnability reward pays most for), an echo of one of the call's own
+    arguments, or a literal the shown program contains (`return "even" if ... else "odd"` is
+    a coin flip too), compared type-exactly, as the grader compares."""
     node = ast.parse(p.signature + "\n    pass\n").body[0]
     params = [a.arg for a in node.args.posonlyargs + node.args.args]
-    guesses = {name: ast.literal_eval(value) for name, value in NULL_CONSTANTS.items()}
-    for i, arg in enumerate(canonical.decode(asked.args)):
-        guesses[f"echo_{params[i] if i < len(params) else i}"] = arg
-    for name, value in guesses.items():
+    guesses = [(name, ast.literal_eval(value)) for name, value in NULL_CONSTANTS.items()]
+    guesses += [(f"echo_{params[i] if i < len(params) else i}", arg)
+                for i, arg in enumerate(canonical.decode(asked.args))]
+    guesses += [("literal", n.value) for n in ast.walk(ast.parse(p.reference))
+                if isinstance(n, ast.Constant)]
+    for name, value in guesses:
         try:
             if canonical.encode(value) == asked.expected:
                 return name

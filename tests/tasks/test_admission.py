@@ -190,6 +190,11 @@ def test_a_predict_task_never_asks_for_an_answer_a_guess_can_give(sandbox):
                  "f([3, 1])\nf([5])\nf([2, 4, 6])")
     assert verdict(sandbox, p, PREDICT).reason in ("trivial_passes:echo_xs",
                                                    "trivial_passes:empty_list")
+    # A literal of the shown program is a guess too: "even" or "odd" is a coin flip.
+    p = proposal("def f(n: int) -> str:\n    return 'even' if n % 2 == 0 else 'odd'",
+                 "f(4)\nf(7)\nf(10)\nf(3)")
+    assert verdict(sandbox, p, CODEGEN).valid
+    assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:literal"
 
 
 @pytest.mark.parametrize("family", [CODEGEN, REPAIR])
@@ -250,7 +255,7 @@ def args_of(task):
 
 def test_augmented_inputs_follow_the_generators_own_and_the_prompt_shows_only_its_own(sandbox):
     # Every input the generator wrote is a multiple of 3: constant on its own inputs.
-    p = proposal("def f(n: int) -> int:\n    return n % 3 + 5", "f(3)\nf(6)\nf(9)")
+    p = proposal("def f(n: int) -> int:\n    return (n % 3 + 4) * 6", "f(3)\nf(6)\nf(9)")
     assert verdict(sandbox, p).reason == "constant_outputs"
     for family in (CODEGEN, PREDICT):
         v = verdict(sandbox, p, family, AUGMENT)
@@ -260,7 +265,7 @@ def test_augmented_inputs_follow_the_generators_own_and_the_prompt_shows_only_it
     task = verdict(sandbox, p, CODEGEN, AUGMENT).task
     assert args_of(task)[:3] == [(3,), (6,), (9,)] and len(args_of(task)) > 3
     assert [canonical.decode(e.args) for e in task.visible] == [(3,), (6,)]
-    assert {canonical.decode(e.expected) for e in task.tests.examples} > {5}
+    assert {canonical.decode(e.expected) for e in task.tests.examples} > {24}
 
 
 def test_seed_tasks_are_not_augmented(sandbox):
