@@ -49,6 +49,7 @@ from spade_ray.rollout.sampling import TokenBudgetExceeded, TokenMeter, sample_d
 from spade_ray.tasks import candidate_program, executable
 from spade_ray.tasks.admission import AdmissionConfig, Admitted, admit
 from spade_ray.tasks.control import Guidance
+from spade_ray.tasks.decontamination import HeldOut
 from spade_ray.tasks.diversity import most_similar, normalised_hash
 from spade_ray.tasks.families import solver_prompt
 from spade_ray.tasks.format import Proposal, TaskFormatError, inputs_frame, parse_proposal
@@ -88,6 +89,7 @@ class Generation:
     limits: Limits
     admission: AdmissionConfig = AdmissionConfig()
     frame_tokens: int = 0  # > 0: continue outputs that lack their inputs (`complete_frames`)
+    held_out: tuple[HeldOut, ...] = ()  # the validation problems no task may compute
 
     def generate(self, work: Sequence[tuple[str, TaskFamily]], known: Sequence[Task],
                  rng: random.Random, meter: TokenMeter, executor: Executor,
@@ -112,7 +114,8 @@ class Generation:
         started = time.monotonic()
         admitted = admit([p for _, p in proposals], [outputs[i][1] for i, _ in proposals],
                          [outputs[i][0] for i, _ in proposals], executor, self.limits,
-                         self.admission, generator_version=self.engines.weights_version)
+                         self.admission, generator_version=self.engines.weights_version,
+                         held_out=self.held_out)
         verdicts = {i: v for (i, _), v in zip(proposals, admitted)}
         inputs = []
         for i, (_, family, prompt, completion, outcome) in enumerate(outputs):

@@ -25,6 +25,8 @@ Every rejection has a short, countable reason (the round's metrics count them):
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
                                         reference's mutants
                 no_killed_mutant        repair: no mutant is caught, so there is no bug to fix
+    held out    validation_twin:<id>    a validation problem's solution gives every expected
+                                        output: the task is that problem (decontamination.py)
     integrity   reference_fails_examples the trusted grader does not reproduce the outputs
     infra       sandbox_error           the sandbox failed twice (the task is not judged)
 
@@ -66,6 +68,7 @@ from spade_ray.records import (
 )
 from spade_ray.tasks import driver
 from spade_ray.tasks.augment import augmented_inputs
+from spade_ray.tasks.decontamination import HeldOut, twins
 from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.imports import ALLOWED_IMPORTS
 from spade_ray.tasks.mutation import mutants
@@ -161,11 +164,12 @@ def static_reason(proposal: Proposal) -> str | None:
 
 def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics: Sequence[str],
           executor, limits: Limits, config: AdmissionConfig = AdmissionConfig(),
-          source: TaskSource = TaskSource.GENERATED, generator_version: int = -1
-          ) -> list[Admitted]:
+          source: TaskSource = TaskSource.GENERATED, generator_version: int = -1,
+          held_out: Sequence[HeldOut] = ()) -> list[Admitted]:
     """One verdict per proposal: `families[i]` and `topics[i]` are what proposal i becomes.
     Sandbox work is batched and done once per distinct program and inputs (a seed proposal
-    listed once per family runs once): one driver run each, then one check batch for all."""
+    listed once per family runs once): one driver run each, one run for validation twins of
+    `held_out` (tasks/decontamination.py), then one check batch for all."""
     keys = [_job(p, p.inputs) for p in proposals]
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> its first index
     static = {key: static_reason(proposals[i]) for key, i in first.items()}
@@ -182,6 +186,11 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     for key, run in zip(running, runs):
         cores[key] = _core(proposals[first[key]], run, config, extras[key],
                            extra_runs.get(key))
+    found = [key for key, core in cores.items() if isinstance(core, _Core)]
+    for key, twin in zip(found, twins([cores[key].examples for key in found], held_out,
+                                      executor, limits)):
+        if twin is not None:
+            cores[key] = f"validation_twin:{twin}"
     checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
                       if isinstance(core, _Core)}, executor, limits, config)
     run_cpu = {key: run.cpu_s + (extra_runs[key].cpu_s if key in extra_runs else 0.0)

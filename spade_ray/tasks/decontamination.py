@@ -1,0 +1,118 @@
+"""Validation twins: a task that computes what a validation problem computes is that problem.
+
+The validation set (HumanEval) measures what the solver learnt on tasks it never saw. A task
+whose reference agrees with a validation problem's canonical solution on every one of the task's
+examples trains the solver on that problem under another name and description: a validation
+figure it lifts says nothing. The copies that matter are semantic (the shipped seed pool had
+`gcd`, HumanEval/13's greatest_common_divisor, with nothing in common in its text), so the test
+is by execution: TWINS (trusted text, run in the sandbox like any candidate, since the inputs are
+the generator's) calls every validation problem whose function accepts the task's arguments on
+them, each call under a CALL_S timer, and prints the first problem whose results have the reprs
+of the task's expected outputs.
+
+What it does not catch: a twin on a validation problem the run does not validate on, and one
+whose examples all make the validation solution slower than CALL_S.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+from spade_ray.execution import canonical
+from spade_ray.records import ExecStatus, IOExample, Limits
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldOut:
+    """A validation problem as the twin test needs it: its id, a program defining its entry
+    point (HumanEval: prompt + canonical solution), and that entry point."""
+
+    problem_id: str
+    source: str
+    entry_point: str
+
+
+CALL_S = 0.05  # one validation solution on one input; a slower one is no twin
+TWINS = r'''
+import ast, inspect, json, os, signal, sys
+job = json.loads(sys.stdin.read())
+out = os.fdopen(os.dup(1), "w")
+null = os.open(os.devnull, os.O_WRONLY)
+os.dup2(null, 1)
+
+
+class Late(Exception):
+    pass
+
+
+def late(*_):
+    raise Late()
+
+
+signal.signal(signal.SIGALRM, late)
+
+
+def guarded(fn, *args):
+    signal.setitimer(signal.ITIMER_REAL, CALL_S)
+    try:
+        return fn(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+found = {}
+for problem_id, source, entry in job["problems"]:
+    namespace = {"__name__": "validation"}
+    try:
+        guarded(exec, compile(source, problem_id, "exec"), namespace)
+        fn = namespace[entry]
+        signature = inspect.signature(fn)
+    except BaseException:
+        continue
+    for t, examples in enumerate(job["tasks"]):
+        if str(t) in found:
+            continue
+        cases = [(ast.literal_eval(call), expected) for call, expected in examples]
+        try:
+            for args, _ in cases:
+                signature.bind(*args)
+        except TypeError:
+            continue
+        for args, expected in cases:
+            try:
+                if repr(guarded(fn, *args)) != expected:
+                    break
+            except BaseException:
+                break
+        else:
+            found[str(t)] = problem_id
+out.write(json.dumps(found))
+out.flush()
+'''.replace("CALL_S", repr(CALL_S))
+
+
+def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], executor,
+          limits: Limits) -> list[str | None]:
+    """Per task (its examples), the id of a validation problem whose solution returns every one
+    of its expected outputs (repr for repr: `True` is not `1`), or None. One sandbox run for
+    all of them; a run that fails finds no twin (no task is rejected for the sandbox's sake)."""
+    if not tasks or not held_out:
+        return [None] * len(tasks)
+    job = {"problems": [[h.problem_id, h.source, h.entry_point] for h in held_out],
+           "tasks": [[[repr(canonical.decode(e.args)), repr(canonical.decode(e.expected))]
+                      for e in examples] for examples in tasks]}
+    budget = CALL_S * len(held_out) * max(len(examples) for examples in tasks) + 2.0
+    run = executor.run(TWINS, stdin=json.dumps(job),
+                       limits=dataclasses.replace(limits, timeout_s=budget, cpu_s=budget))
+    if run.status is not ExecStatus.OK:
+        return [None] * len(tasks)
+    try:
+        found = json.loads(run.stdout)
+    except ValueError:
+        return [None] * len(tasks)
+    if not isinstance(found, dict):
+        return [None] * len(tasks)
+    return [found.get(str(t)) if isinstance(found.get(str(t)), str) else None
+            for t in range(len(tasks))]

@@ -1,0 +1,58 @@
+"""Validation twins: a task that computes a validation problem is rejected, by execution."""
+
+from spade_ray.evaluation.humaneval import load_problems
+from spade_ray.records import Limits, TaskFamily, TaskSource
+from spade_ray.tasks.admission import admit
+from spade_ray.tasks.decontamination import HeldOut, twins
+from spade_ray.tasks.format import parse_proposal
+from spade_ray.tasks.seeds import load_seed_proposals
+
+LIMITS = Limits(timeout_s=1.0, cpu_s=1.0)
+HUMANEVAL = tuple(HeldOut(p.task_id, p.prompt + p.canonical_solution, p.entry_point)
+                  for p in load_problems())
+
+
+def proposal(body: str, inputs: str, description: str = "Do it."):
+    return parse_proposal(f"Description: {description}\nReference:\n{body}\nInputs:\n{inputs}")
+
+
+# HumanEval/13 (greatest_common_divisor) under another name, description and loop.
+EUCLID = proposal("def common_part(x: int, y: int) -> int:\n    while y:\n"
+                  "        x, y = y, x % y\n    return x\n",
+                  "common_part(12, 18)\ncommon_part(7, 3)\ncommon_part(100, 75)\n"
+                  "common_part(9, 6)", "The largest number dividing both.")
+
+
+def verdict(sandbox, p, held_out):
+    return admit([p], [TaskFamily.CODEGEN], ["math"], sandbox, LIMITS, held_out=held_out)[0]
+
+
+def test_a_task_that_computes_a_validation_problem_is_rejected(sandbox):
+    assert verdict(sandbox, EUCLID, ()).valid
+    assert verdict(sandbox, EUCLID, HUMANEVAL).reason == "validation_twin:HumanEval/13"
+
+
+def test_a_twin_agrees_as_data_on_every_example(sandbox):
+    even = proposal("def f(n: int) -> bool:\n    return n % 2 == 0", "f(2)\nf(3)\nf(8)\nf(11)")
+    as_int = HeldOut("H/int", "def g(n):\n    return int(n % 2 == 0)\n", "g")
+    wrong_once = HeldOut("H/once", "def g(n):\n    return n % 2 == 0 and n != 8\n", "g")
+    same = HeldOut("H/same", "def g(k):\n    return not k % 2\n", "g")
+    assert verdict(sandbox, even, (as_int, wrong_once)).valid  # 1 is not True
+    assert verdict(sandbox, even, (as_int, same)).reason == "validation_twin:H/same"
+
+
+def test_a_validation_solution_that_hangs_or_breaks_is_no_twin(sandbox):
+    hangs = HeldOut("H/hangs", "def g(a, b):\n    while True:\n        pass\n", "g")
+    broken = HeldOut("H/broken", "def g(a, b) return a\n", "g")
+    imports_nothing = HeldOut("H/missing", "x = 1\n", "g")
+    assert verdict(sandbox, EUCLID, (hangs, broken, imports_nothing)).valid
+
+
+def test_the_seed_pool_has_no_twin_in_humaneval(sandbox):
+    # Five seeds had one (max_of, is_prime, gcd, prime_factors, and insertion_sort on inputs
+    # where sorting by digit sum sorts too): the seeds of every run trained on validation.
+    seeds = load_seed_proposals()
+    verdicts = admit([p for _, p in seeds], [TaskFamily.CODEGEN] * len(seeds),
+                     [t for t, _ in seeds], sandbox, LIMITS, source=TaskSource.SEED)
+    examples = [v.task.tests.examples for v in verdicts]
+    assert twins(examples, HUMANEVAL, sandbox, LIMITS) == [None] * len(seeds)
