@@ -13,8 +13,7 @@ from spade_ray.evaluation.scoring import (
     rank_key,
     score,
     score_many,
-    shown_examples,
 )
 
 __all__ = ["IncomparableScores", "SandboxFailure", "compare", "needs_rerun", "rank_key", "score",
-           "score_many", "shown_examples"]
+           "score_many"]

@@ -80,6 +80,9 @@ PREDICT_ENTRY = "answer"  # the function a predict candidate defines (families.p
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
 NULL_CONSTANTS = {"none": "None", "zero": "0", "one": "1", "true": "True", "false": "False",
                   "empty_str": "''", "empty_list": "[]", "empty_dict": "{}", "empty_tuple": "()"}
+# Their canonical texts (what an example's expected output is stored as) -> name.
+NULL_ENCODED = {name: canonical.encode(ast.literal_eval(value))
+                for name, value in NULL_CONSTANTS.items()}
 ALWAYS_EQUAL = """
     class Anything:
         def __eq__(self, other):
@@ -260,11 +263,15 @@ def null_solvers(signature: str) -> dict[str, str]:
     """Name -> program: the signature with a body that cannot solve a real task."""
     programs = {name: f"{signature}\n    return {value}\n"
                 for name, value in NULL_CONSTANTS.items()}
-    node = ast.parse(signature + "\n    pass\n").body[0]
-    for param in node.args.posonlyargs + node.args.args:
-        programs[f"echo_{param.arg}"] = f"{signature}\n    return {param.arg}\n"
+    for param in _params(signature):
+        programs[f"echo_{param}"] = f"{signature}\n    return {param}\n"
     programs["always_equal"] = signature + ALWAYS_EQUAL
     return programs
+
+
+def _params(signature: str) -> list[str]:
+    node = ast.parse(signature + "\n    pass\n").body[0]
+    return [a.arg for a in node.args.posonlyargs + node.args.args]
 
 
 def lookup_passes(examples: Sequence[IOExample], visible: int) -> str | None:
@@ -275,32 +282,34 @@ def lookup_passes(examples: Sequence[IOExample], visible: int) -> str | None:
     hidden = {e.expected for e in examples[visible:]}
     if len(hidden) > 1:
         return None
-    guessable = {e.expected for e in examples[:visible]} | \
-        {canonical.encode(ast.literal_eval(v)) for v in NULL_CONSTANTS.values()}
+    guessable = {e.expected for e in examples[:visible]} | set(NULL_ENCODED.values())
     return "lookup" if not hidden or hidden <= guessable else None
 
 
-def guessed_answer(p: Proposal, asked: IOExample) -> str | None:
-    """The null solver that states a predict task's answer without reading its program, or
-    None. A predict task is one call, so its null solvers are answers, not programs: a
-    constant (a bool is a coin flip: a solver guessing it passes half the time, the pass rate
-    the generator's learnability reward pays most for), an echo of one of the call's own
-    arguments, or a literal the shown program contains (`return "even" if ... else "odd"` is
-    a coin flip too), compared type-exactly, as the grader compares."""
-    node = ast.parse(p.signature + "\n    pass\n").body[0]
-    params = [a.arg for a in node.args.posonlyargs + node.args.args]
-    guesses = [(name, ast.literal_eval(value)) for name, value in NULL_CONSTANTS.items()]
-    guesses += [(f"echo_{params[i] if i < len(params) else i}", arg)
-                for i, arg in enumerate(canonical.decode(asked.args))]
-    guesses += [("literal", n.value) for n in ast.walk(ast.parse(p.reference))
-                if isinstance(n, ast.Constant)]
-    for name, value in guesses:
-        try:
-            if canonical.encode(value) == asked.expected:
-                return name
-        except canonical.NotPlainData:
-            continue
-    return None
+def guessed_answers(p: Proposal, examples: Sequence[IOExample]) -> list[str | None]:
+    """Per example, the null solver that states its answer as a predict question without
+    reading the program, or None. A predict task is one call, so its null solvers are answers,
+    not programs: a constant (a bool is a coin flip: a solver guessing it passes half the time,
+    the pass rate the generator's learnability reward pays most for), an echo of one of the
+    call's own arguments, or a literal the shown program contains (`return "even" if ... else
+    "odd"` is a coin flip too), compared type-exactly, as the grader compares."""
+    literals = set()
+    for node in ast.walk(ast.parse(p.reference)):
+        if isinstance(node, ast.Constant):
+            try:
+                literals.add(canonical.encode(node.value))
+            except canonical.NotPlainData:
+                continue
+    nulls = {text: name for name, text in NULL_ENCODED.items()}
+    params = _params(p.signature)
+    out = []
+    for e in examples:
+        echo = next((f"echo_{params[i] if i < len(params) else i}"
+                     for i, arg in enumerate(canonical.decode(e.args))
+                     if canonical.encode(arg) == e.expected), None)
+        out.append(nulls.get(e.expected) or echo or ("literal" if e.expected in literals
+                                                      else None))
+    return out
 
 
 def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
@@ -351,9 +360,10 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     asked = core.own - 1  # predict's question: the generator's last input (its first ones
     # are its simplest) whose answer a null solver cannot state
     if family is TaskFamily.PREDICT:
-        fair = [i for i in range(core.own) if guessed_answer(p, core.examples[i]) is None]
+        guesses = guessed_answers(p, core.examples[:core.own])
+        fair = [i for i, guess in enumerate(guesses) if guess is None]
         if not fair:
-            return reject(f"trivial_passes:{guessed_answer(p, core.examples[asked])}")
+            return reject(f"trivial_passes:{guesses[asked]}")
         asked = fair[-1]
     judged = [(code, r) for role, code, r in checks
               if role == "mutant" and r.execution.status is not ExecStatus.SANDBOX_ERROR]
