@@ -5,7 +5,9 @@ them they are skipped here, but CI sets SPADE_REQUIRE_DOCKER=1 and then they fai
 broken Docker set-up can never pass silently.
 """
 
+import atexit
 import os
+import sys
 
 import pytest
 
@@ -42,3 +44,24 @@ def sandbox(backend):
 def tiny_model(tmp_path_factory) -> str:
     """A real (tiny, random, seeded) Llama and tokenizer directory, built from a config."""
     return str(build_tiny_model(tmp_path_factory.mktemp("models") / "tiny"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Once every result is reported, leave without the interpreter's teardown.
+
+    A fresh clone's `make test` passed its whole suite (1148 passed) and then died of SIGSEGV
+    while the interpreter tore itself down, which made `make test` fail. The suite starts and
+    stops Ray nine times in this process and loads torch, DeepSpeed and gRPC, whose native
+    threads can outlive the objects they use at teardown (ray-project/ray#31145): a known crash
+    we cannot fix from here, in a phase where nothing of ours runs. So the exit status is kept,
+    and the last exit handler to be registered (atexit runs them newest first) flushes the
+    streams and ends the process with it before the teardown begins.
+    """
+    status = int(exitstatus)
+
+    def leave():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+    atexit.register(leave)
