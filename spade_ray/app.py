@@ -41,7 +41,7 @@ from spade_ray.execution import Executor, Placement, Sandbox
 from spade_ray.recorder import Recorder
 from spade_ray.records import LearnerParams, Limits, TaskFamily
 from spade_ray.rollout.models import resolve_model
-from spade_ray.tasks.decontamination import HeldOut
+from spade_ray.tasks import decontamination
 from spade_ray.tasks.seeds import load_seed_tasks
 from spade_ray.tasks.templates import load_prompts
 from spade_ray.tracking.metrics import MetricsSink, summary_table
@@ -98,8 +98,7 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
                     cluster["generator"], templates["generator"],
                     role_sampling(model.roles["generator"]), loop_cfg.generator_few_shot,
                     loop_cfg.max_similarity, limits, admission, loop_cfg.frame_tokens,
-                    held_out=tuple(HeldOut(p.task_id, p.prompt + p.canonical_solution,
-                                           p.entry_point) for p in problems)),
+                    held_out=decontamination.humaneval()),
                 solving=stages.Solving(
                     cluster["solver"], {f: templates[f] for f in TaskFamily},
                     templates["codegen"].chat, solver_sampling, loop_cfg.few_shot, seeds),

@@ -10,8 +10,13 @@ the generator's) calls every validation problem whose function accepts the task'
 them, each call under a CALL_S timer, and prints the first problem whose results have the reprs
 of the task's expected outputs.
 
-What it does not catch: a twin on a validation problem the run does not validate on, and one
-whose examples all make the validation solution slower than CALL_S.
+The whole benchmark is held out (`humaneval`), not only the problems a run validates on: a
+checkpoint is judged on all of HumanEval later, and a twin of a problem outside the run's subset
+would have trained on it just the same (0.35 s of sandbox time for 8 tasks against all 164
+problems, measured here, against 0.02 s for 8 problems).
+
+What it does not catch: a twin whose examples all make the validation solution slower than
+CALL_S, and a task that computes a validation problem only on inputs the task does not show.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
+from spade_ray.evaluation.humaneval import load_problems
 from spade_ray.execution import canonical
 from spade_ray.records import ExecStatus, IOExample, Limits
 
@@ -91,6 +97,12 @@ for problem_id, source, entry in job["problems"]:
 out.write(json.dumps(found))
 out.flush()
 '''.replace("CALL_S", repr(CALL_S))
+
+
+def humaneval() -> tuple[HeldOut, ...]:
+    """Every HumanEval problem, as the twin test needs it."""
+    return tuple(HeldOut(p.task_id, p.prompt + p.canonical_solution, p.entry_point)
+                 for p in load_problems())
 
 
 def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], executor,
