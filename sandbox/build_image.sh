@@ -4,7 +4,7 @@
 #
 #   rootfs: debootstrap --variant=minbase --include=python3 bookworm, stripped,
 #           cached in $SPADE_CACHE/sandbox-rootfs (rebuilt only if missing/stale)
-#   image:  rootfs + /opt/spade-sandbox/{harness,child,cleanup,grader,canonical}.py + /work,
+#   image:  rootfs + /opt/spade-sandbox/{harness,pump,child,cleanup,grader,canonical}.py + /work,
 #           via `docker import`
 #   tag:    spade-ray-sandbox:<12 hex of sha256(those files, in that order, + this script)>;
 #           if that tag exists, its ID is printed and nothing is rebuilt.
@@ -25,8 +25,8 @@ export PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 HERE=$(dirname "$SELF")
 # What runs in the jail, in this order (docker_backend.image_tag hashes the same files).
-JAIL_FILES=("$HERE/harness.py" "$HERE/child.py" "$HERE/cleanup.py" "$HERE/grader.py"
-            "$HERE/canonical.py")
+JAIL_FILES=("$HERE/harness.py" "$HERE/pump.py" "$HERE/child.py" "$HERE/cleanup.py"
+            "$HERE/grader.py" "$HERE/canonical.py")
 CACHE=${SPADE_CACHE:-${HOME:?HOME is unset; set SPADE_CACHE}/.cache/spade-ray}
 ROOTFS=$CACHE/sandbox-rootfs
 SUITE=bookworm
@@ -223,7 +223,7 @@ if ! docker run --rm --read-only --network none --cap-drop ALL \
     --user "$SANDBOX_UID:$SANDBOX_UID" "$TAG" python3 -c '
 import json, struct, select, resource, signal, os, sys, traceback, io, base64, ctypes
 assert os.getuid() == 65534 and os.getgid() == 65534, (os.getuid(), os.getgid())
-for name in ("harness", "child", "cleanup", "grader", "canonical"):
+for name in ("harness", "pump", "child", "cleanup", "grader", "canonical"):
     open(f"/opt/spade-sandbox/{name}.py", "rb").read()
 open("/work/probe", "w").write("ok")' >&2; then
     docker rmi "$TAG" >/dev/null 2>&1 || true

@@ -21,12 +21,12 @@ included, and PID 1 itself cannot be killed from inside (the kernel drops SIGKIL
 namespace's init by its own members). Orphans are re-parented to us, so we reap them and count
 their CPU time.
 
-Limits enforced here: wall-clock deadline, CPU seconds of the candidate's tree (polled from
-/proc, since RLIMIT_CPU is per process and forking escapes it), combined stdout+stderr cap, and
-rlimits as a backstop (address space, file size, open files, core dumps). Memory and
-process-count limits of the whole tree are the host's job (cgroups), as is the network
-(namespaces). After each run, cleanup.py empties the working directory and removes SysV IPC
-objects (the seccomp filter refuses creating them in the first place).
+Limits enforced here (pump.py, one run's I/O): wall-clock deadline, CPU seconds of the
+candidate's tree (polled from /proc, since RLIMIT_CPU is per process and forking escapes it),
+combined stdout+stderr cap, and rlimits as a backstop (address space, file size, open files,
+core dumps). Memory and process-count limits of the whole tree are the host's job (cgroups),
+as is the network (namespaces). After each run, cleanup.py empties the working directory and
+removes SysV IPC objects (the seccomp filter refuses creating them in the first place).
 
 Wire format (host <-> server): each frame is a 4-byte big-endian length and a body: UTF-8 JSON,
 except the tests frame that follows a check request and the grader-report frame that follows its
@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the jail's oth
 import bisect  # noqa: E402,F401
 import collections  # noqa: E402,F401
 import copy  # noqa: E402,F401
-import ctypes  # noqa: E402
+import ctypes  # noqa: E402,F401
 import fractions  # noqa: E402,F401
 import functools  # noqa: E402,F401
 import gc  # noqa: E402
@@ -56,7 +56,7 @@ import math  # noqa: E402,F401
 import mmap  # noqa: E402
 import random  # noqa: E402,F401
 import re  # noqa: E402,F401
-import select  # noqa: E402
+import select  # noqa: E402,F401
 import signal  # noqa: E402
 import string  # noqa: E402,F401
 import struct  # noqa: E402
@@ -66,15 +66,12 @@ import typing  # noqa: E402,F401
 import child  # noqa: E402
 import cleanup  # noqa: E402
 import grader  # noqa: E402
+import pump  # noqa: E402
 
 WORK_DIR = child.WORK_DIR
 SITE_DIR = "/opt/spade-sandbox/site"  # whitelisted packages, bound read-only by the host
-FLAG_CAP_BYTES = 16
 REPORT_CAP_BYTES = 4 * 1024 * 1024  # a grader report: outcomes with 300-character messages
 CONTROL_CAP_BYTES = 64 * 1024 * 1024  # a request: code (1 MB at most) and stdin (16 MB)
-CPU_POLL_S = 0.05
-_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, not per execution
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _report_buffer():
@@ -127,71 +124,6 @@ def zero(buf, size=None):
 # ---------------------------------------------------------------- the server (PID 1)
 
 
-class Run:
-    """Host-facing bookkeeping of one execution."""
-
-    def __init__(self, limits, grader_pid, grading):
-        self.limits = limits
-        self.grader_pid = grader_pid  # excluded from the candidate's accounting even unused
-        self.grading = grading
-        self.out = bytearray()
-        self.err = bytearray()
-        self.flag = bytearray()
-        self.report = REPORT_BUFFER  # zeroed after every use
-        self.report_bytes = 0
-        self.report_overflow = False
-        self.reason = None  # "timeout" | "cpu" | "output" once we kill for a limit
-        self.reaped_cpu_s = 0.0
-        self.max_rss_kb = 0
-        self.status = None  # wait status of the candidate
-        self.grader_status = None  # wait status of the grader, if it ended before our kill
-
-    def account(self, pid, rusage):
-        if pid == self.grader_pid:  # the grader's time and memory are not the candidate's
-            return
-        self.reaped_cpu_s += rusage.ru_utime + rusage.ru_stime
-        self.max_rss_kb = max(self.max_rss_kb, rusage.ru_maxrss)
-
-
-def kill_all():
-    """SIGKILL every process of the namespace but us (we are its PID 1)."""
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def reap_all(run, main_pid):
-    """Collect every process of the namespace. Blocks until none is left."""
-    while True:
-        try:
-            pid, status, rusage = os.wait4(-1, 0)
-        except ChildProcessError:
-            return
-        run.account(pid, rusage)
-        if pid == main_pid:
-            run.status = status
-
-
-def live_pids():
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and p != "1"]
-
-
-def tree_cpu_s(run):
-    """CPU seconds of the candidate's live tree plus everything already reaped."""
-    total = run.reaped_cpu_s
-    for pid in live_pids():
-        if pid == run.grader_pid:
-            continue
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
-
-
 class Spares:
     """The next run's grader and candidate, forked ahead of its request (see `fork_spares`), with
     our ends of their pipes."""
@@ -216,7 +148,7 @@ def fork_spares():
     and the children's set-up) then leave the critical path, and the host moves the candidate
     into its cgroup before sending the request, instead of in a round trip after it. Neither has
     seen any request: the candidate waits for its program on the job pipe, the grader for its
-    settings and tests on the tests pipe, so each serves exactly one run (kill_all ends both
+    settings and tests on the tests pipe, so each serves exactly one run (pump.kill_all ends both
     after it) and the tests reach only the grader's process."""
     spares = Spares()
     spares.grader_pid = _fork(lambda: child.grader_main(spares.fds))
@@ -241,9 +173,9 @@ def serve_one(req, tests, spares):
                                      "shares_memory_cgroup")}
     job["grade"] = tests is not None
     _hand_over(spares.job_w, job)
-    run = Run(limits, spares.grader_pid, tests is not None)
+    run = pump.Run(limits, spares.grader_pid, tests is not None, REPORT_BUFFER)
     start = time.monotonic()
-    _pump(run, spares, start, stdin_data)
+    pump.pump(run, spares, start, stdin_data)
     wall_s = time.monotonic() - start
     return _finish(run, wall_s, limits), run
 
@@ -269,118 +201,12 @@ def _fork(body):
     return pid
 
 
-def _pump(run, spares, start, stdin_data):
-    """Feed stdin, collect output and enforce the wall, CPU and output limits until the
-    candidate and (for a check) the grader have both ended, or a limit is reached."""
-    limits = run.limits
-    deadline = start + limits["timeout_s"]
-    stdin_w, out_r, err_r, flag_r = spares.stdin_w, spares.out_r, spares.err_r, spares.flag_r
-    report_r = spares.report_r if run.grading else None
-    waiting = {os.pidfd_open(spares.candidate_pid): "candidate"}
-    if run.grading:
-        waiting[os.pidfd_open(run.grader_pid)] = "grader"
-    pidfds = list(waiting)
-    os.set_blocking(stdin_w, False)
-    if not stdin_data:
-        os.close(stdin_w)
-        stdin_w = None
-    readers = [fd for fd in (out_r, err_r, flag_r, report_r) if fd is not None]
-    for fd in readers:
-        os.set_blocking(fd, False)
-    next_cpu_check = start + CPU_POLL_S
-    while run.reason is None and waiting:
-        now = time.monotonic()
-        if now >= deadline:
-            run.reason = "timeout"
-            break
-        if now >= next_cpu_check:
-            next_cpu_check = now + CPU_POLL_S
-            if tree_cpu_s(run) > limits["cpu_s"]:
-                run.reason = "cpu"
-                break
-        wait = min(deadline, next_cpu_check) - now
-        wlist = [stdin_w] if stdin_w is not None else []
-        ready_r, ready_w, _ = select.select([*readers, *waiting], wlist, [], max(wait, 0))
-        if stdin_w in ready_w:
-            stdin_data = _feed(stdin_w, stdin_data)
-            if not stdin_data:
-                os.close(stdin_w)
-                stdin_w = None
-        for fd in ready_r:
-            if fd in waiting:
-                if waiting.pop(fd) == "grader":
-                    run.grader_status = _exit_status(run.grader_pid)
-            elif _take(run, fd, out_r, err_r, flag_r) is False:
-                readers.remove(fd)
-    kill_all()
-    reap_all(run, spares.candidate_pid)
-    for fd in readers:  # after the kill every writer is gone: take what is left
-        while _take(run, fd, out_r, err_r, flag_r):
-            pass
-    for fd in (out_r, err_r, flag_r, spares.report_r, stdin_w, *pidfds):
-        if fd is not None:
-            os.close(fd)
-
-
-def _exit_status(pid):
-    """The wait status of an ended child, leaving it to be reaped (and accounted) later."""
-    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-    if info is None:
-        return None
-    if info.si_code == os.CLD_EXITED:
-        return info.si_status
-    return -info.si_status
-
-
-def _take(run, fd, out_r, err_r, flag_r):
-    """Read what fd has, within its cap: True if it gave data, None if it had none yet, False
-    once it is at end of stream or over its cap (then we stop reading it)."""
-    if fd in (out_r, err_r, flag_r):
-        chunk = _read_some(fd, 4096 if fd == flag_r else 65536)
-        if not chunk:
-            return None if chunk is None else False
-        if fd == flag_r:
-            run.flag.extend(chunk[:max(0, FLAG_CAP_BYTES - len(run.flag))])
-            return True
-        (run.out if fd == out_r else run.err).extend(chunk)
-        if len(run.out) + len(run.err) > run.limits["max_output_bytes"]:
-            run.reason = run.reason or "output"
-            return False
-        return True
-    room = memoryview(run.report)[run.report_bytes:]  # the grader's report
-    if not room:
-        run.report_overflow = bool(_read_some(fd, 1))
-        return False
-    n = _read_some(fd, 0, room)
-    if not n:
-        return None if n is None else False
-    run.report_bytes += n
-    return True
-
-
-def _read_some(fd, size, into=None):
-    """Bytes read (or, with `into`, how many), b""/0 at end of stream, None if none yet (the
-    fds are non-blocking)."""
-    try:
-        return os.readv(fd, [into]) if into is not None else os.read(fd, size)
-    except BlockingIOError:
-        return None
-
-
-def _feed(fd, data):
-    """Write what the pipe takes now; return the rest (nothing if the reader is gone)."""
-    try:
-        return data[os.write(fd, data[:65536]):]
-    except BrokenPipeError:
-        return b""
-
-
 def _finish(run, wall_s, limits):
     cap = limits["max_output_bytes"]
     truncated = len(run.out) + len(run.err) > cap
     out = bytes(run.out[:cap])
     err = bytes(run.err[: max(0, cap - len(out))])
-    survivors = live_pids()
+    survivors = pump.live_pids()
     cleanup_error = cleanup.clear_work_dir(WORK_DIR) or cleanup.remove_ipc_objects()
     return {
         "exit_code": os.waitstatus_to_exitcode(run.status) if run.status is not None else None,
@@ -435,7 +261,7 @@ def main():
             tests = read_raw_frame(ctl_in, grader.TESTS_CAP_BYTES) if req.get("grade") else None
             reply, run = serve_one(req, tests, spares)
         except Exception as e:  # noqa: BLE001 - report, then let the host recycle us
-            kill_all()
+            pump.kill_all()
             write_frame(ctl_out, {"harness_error": f"{type(e).__name__}: {e}"})
             return
         if tests is None:

@@ -1,0 +1,189 @@
+"""One run as the jail's server (harness.py, PID 1) sees it: standard library only.
+
+While a run's candidate (and, for a check, its grader) live, `pump` feeds the candidate's stdin,
+collects its output, the memory-error flag and the grader's report, each read capped, and
+enforces the wall-clock deadline, the CPU seconds of the candidate's tree (polled from /proc,
+since RLIMIT_CPU is per process and forking escapes it) and the output cap; then `kill_all` ends
+every process of the namespace but the server and `reap_all` collects them, accounting the CPU
+time and peak memory of all but the grader. Nothing here parses what a candidate wrote.
+"""
+
+import os
+import select
+import signal
+import time
+
+FLAG_CAP_BYTES = 16
+CPU_POLL_S = 0.05
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class Run:
+    """Host-facing bookkeeping of one execution."""
+
+    def __init__(self, limits, grader_pid, grading, report):
+        self.limits = limits
+        self.grader_pid = grader_pid  # excluded from the candidate's accounting even unused
+        self.grading = grading
+        self.out = bytearray()
+        self.err = bytearray()
+        self.flag = bytearray()
+        self.report = report  # the server's buffer, zeroed after every use
+        self.report_bytes = 0
+        self.report_overflow = False
+        self.reason = None  # "timeout" | "cpu" | "output" once we kill for a limit
+        self.reaped_cpu_s = 0.0
+        self.max_rss_kb = 0
+        self.status = None  # wait status of the candidate
+        self.grader_status = None  # wait status of the grader, if it ended before our kill
+
+    def account(self, pid, rusage):
+        if pid == self.grader_pid:  # the grader's time and memory are not the candidate's
+            return
+        self.reaped_cpu_s += rusage.ru_utime + rusage.ru_stime
+        self.max_rss_kb = max(self.max_rss_kb, rusage.ru_maxrss)
+
+
+def kill_all():
+    """SIGKILL every process of the namespace but us (we are its PID 1)."""
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def reap_all(run, main_pid):
+    """Collect every process of the namespace. Blocks until none is left."""
+    while True:
+        try:
+            pid, status, rusage = os.wait4(-1, 0)
+        except ChildProcessError:
+            return
+        run.account(pid, rusage)
+        if pid == main_pid:
+            run.status = status
+
+
+def live_pids():
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and p != "1"]
+
+
+def tree_cpu_s(run):
+    """CPU seconds of the candidate's live tree plus everything already reaped."""
+    total = run.reaped_cpu_s
+    for pid in live_pids():
+        if pid == run.grader_pid:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def pump(run, spares, start, stdin_data):
+    """Feed stdin, collect output and enforce the wall, CPU and output limits until the
+    candidate and (for a check) the grader have both ended, or a limit is reached."""
+    limits = run.limits
+    deadline = start + limits["timeout_s"]
+    stdin_w, out_r, err_r, flag_r = spares.stdin_w, spares.out_r, spares.err_r, spares.flag_r
+    report_r = spares.report_r if run.grading else None
+    waiting = {os.pidfd_open(spares.candidate_pid): "candidate"}
+    if run.grading:
+        waiting[os.pidfd_open(run.grader_pid)] = "grader"
+    pidfds = list(waiting)
+    os.set_blocking(stdin_w, False)
+    if not stdin_data:
+        os.close(stdin_w)
+        stdin_w = None
+    readers = [fd for fd in (out_r, err_r, flag_r, report_r) if fd is not None]
+    for fd in readers:
+        os.set_blocking(fd, False)
+    next_cpu_check = start + CPU_POLL_S
+    while run.reason is None and waiting:
+        now = time.monotonic()
+        if now >= deadline:
+            run.reason = "timeout"
+            break
+        if now >= next_cpu_check:
+            next_cpu_check = now + CPU_POLL_S
+            if tree_cpu_s(run) > limits["cpu_s"]:
+                run.reason = "cpu"
+                break
+        wait = min(deadline, next_cpu_check) - now
+        wlist = [stdin_w] if stdin_w is not None else []
+        ready_r, ready_w, _ = select.select([*readers, *waiting], wlist, [], max(wait, 0))
+        if stdin_w in ready_w:
+            stdin_data = _feed(stdin_w, stdin_data)
+            if not stdin_data:
+                os.close(stdin_w)
+                stdin_w = None
+        for fd in ready_r:
+            if fd in waiting:
+                if waiting.pop(fd) == "grader":
+                    run.grader_status = exit_status(run.grader_pid)
+            elif _take(run, fd, out_r, err_r, flag_r) is False:
+                readers.remove(fd)
+    kill_all()
+    reap_all(run, spares.candidate_pid)
+    for fd in readers:  # after the kill every writer is gone: take what is left
+        while _take(run, fd, out_r, err_r, flag_r):
+            pass
+    for fd in (out_r, err_r, flag_r, spares.report_r, stdin_w, *pidfds):
+        if fd is not None:
+            os.close(fd)
+
+
+def exit_status(pid):
+    """The wait status of an ended child, leaving it to be reaped (and accounted) later."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    if info is None:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return -info.si_status
+
+
+def _take(run, fd, out_r, err_r, flag_r):
+    """Read what fd has, within its cap: True if it gave data, None if it had none yet, False
+    once it is at end of stream or over its cap (then we stop reading it)."""
+    if fd in (out_r, err_r, flag_r):
+        chunk = _read_some(fd, 4096 if fd == flag_r else 65536)
+        if not chunk:
+            return None if chunk is None else False
+        if fd == flag_r:
+            run.flag.extend(chunk[:max(0, FLAG_CAP_BYTES - len(run.flag))])
+            return True
+        (run.out if fd == out_r else run.err).extend(chunk)
+        if len(run.out) + len(run.err) > run.limits["max_output_bytes"]:
+            run.reason = run.reason or "output"
+            return False
+        return True
+    room = memoryview(run.report)[run.report_bytes:]  # the grader's report
+    if not room:
+        run.report_overflow = bool(_read_some(fd, 1))
+        return False
+    n = _read_some(fd, 0, room)
+    if not n:
+        return None if n is None else False
+    run.report_bytes += n
+    return True
+
+
+def _read_some(fd, size, into=None):
+    """Bytes read (or, with `into`, how many), b""/0 at end of stream, None if none yet (the
+    fds are non-blocking)."""
+    try:
+        return os.readv(fd, [into]) if into is not None else os.read(fd, size)
+    except BlockingIOError:
+        return None
+
+
+def _feed(fd, data):
+    """Write what the pipe takes now; return the rest (nothing if the reader is gone)."""
+    try:
+        return data[os.write(fd, data[:65536]):]
+    except BrokenPipeError:
+        return b""
