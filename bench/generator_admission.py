@@ -60,7 +60,7 @@ from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.stages import Generation
 from spade_ray.tasks.admission import AdmissionConfig
 from spade_ray.tasks.control import ControlConfig, Guidance, level_label, target_pass_rate
-from spade_ray.tasks.decontamination import humaneval
+from spade_ray.tasks.decontamination import held_out
 from spade_ray.tasks.demonstrations import seed_demonstrations
 from spade_ray.tasks.prompting import family_schedule, topic_schedule
 from spade_ray.tasks.seeds import load_seed_tasks
@@ -68,6 +68,7 @@ from spade_ray.tasks.templates import CONF_DIR, load_prompts
 
 TOPICS = ["strings", "lists", "math", "dictionaries", "sorting", "recursion", "searching"]
 STOP = ("\n### END", "\n### Topic")
+HELD_OUT = held_out(load_problems())  # what a run holds out (app.py)
 
 
 class DirectEngines:
@@ -89,7 +90,7 @@ def measure(label, variants, engines, template, work, seeds, sandbox, limits, du
     rows = []
     for name, (sampling, frame_tokens, shots, admission) in variants.items():
         generation = Generation(engines, template, sampling, shots, 0.8, limits, admission,
-                                frame_tokens=frame_tokens, held_out=humaneval())
+                                frame_tokens=frame_tokens, held_out=HELD_OUT)
         meter = TokenMeter("generator")
         started = time.monotonic()
         chunk = generation.generate(work, seeds, random.Random(0), meter, sandbox, guidance)

@@ -98,7 +98,7 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
                     cluster["generator"], templates["generator"],
                     role_sampling(model.roles["generator"]), loop_cfg.generator_few_shot,
                     loop_cfg.max_similarity, limits, admission, loop_cfg.frame_tokens,
-                    held_out=decontamination.humaneval()),
+                    held_out=decontamination.held_out(humaneval.load_problems())),
                 solving=stages.Solving(
                     cluster["solver"], {f: templates[f] for f in TaskFamily},
                     templates["codegen"].chat, solver_sampling, loop_cfg.few_shot, seeds),

@@ -10,7 +10,7 @@ the generator's) calls every validation problem whose function accepts the task'
 them, each call under a CALL_S timer, and prints the first problem whose results have the reprs
 of the task's expected outputs.
 
-The whole benchmark is held out (`humaneval`), not only the problems a run validates on: a
+The whole benchmark is held out (app.py), not only the problems a run validates on: a
 checkpoint is judged on all of HumanEval later, and a twin of a problem outside the run's subset
 would have trained on it just the same (0.35 s of sandbox time for 8 tasks against all 164
 problems, measured here, against 0.02 s for 8 problems).
@@ -25,7 +25,6 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
-from spade_ray.evaluation.humaneval import load_problems
 from spade_ray.execution import canonical
 from spade_ray.records import ExecStatus, IOExample, Limits
 
@@ -99,10 +98,11 @@ out.flush()
 '''.replace("CALL_S", repr(CALL_S))
 
 
-def humaneval() -> tuple[HeldOut, ...]:
-    """Every HumanEval problem, as the twin test needs it."""
+def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
+    """HumanEval-shaped problems (task_id, prompt, canonical_solution, entry_point; the run
+    passes all of evaluation.humaneval.load_problems()) as the twin test needs them."""
     return tuple(HeldOut(p.task_id, p.prompt + p.canonical_solution, p.entry_point)
-                 for p in load_problems())
+                 for p in problems)
 
 
 def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], executor,

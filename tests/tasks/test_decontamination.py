@@ -1,13 +1,14 @@
 """Validation twins: a task that computes a validation problem is rejected, by execution."""
 
+from spade_ray.evaluation.humaneval import load_problems
 from spade_ray.records import Limits, TaskFamily, TaskSource
 from spade_ray.tasks.admission import admit
-from spade_ray.tasks.decontamination import HeldOut, humaneval, twins
+from spade_ray.tasks.decontamination import HeldOut, held_out, twins
 from spade_ray.tasks.format import parse_proposal
 from spade_ray.tasks.seeds import load_seed_proposals
 
 LIMITS = Limits(timeout_s=1.0, cpu_s=1.0)
-HUMANEVAL = humaneval()  # what a run holds out: the whole benchmark, not its subset
+HUMANEVAL = held_out(load_problems())  # what a run holds out: all of it, not its subset
 
 
 def proposal(body: str, inputs: str, description: str = "Do it."):
