@@ -110,12 +110,14 @@ def measure(label, variants, engines, template, work, seeds, sandbox, limits, du
     return rows
 
 
-def warm_start(model, seeds, epochs, backend, version: int) -> None:
-    """The SFT warm start (learner.sft_warmup with `epochs`, both roles, make run's few-shot
-    counts and seed) on a learner with conf/learner/dpo.yaml's settings, served by `backend`."""
+def warm_start(model, seeds, epochs, backend, version: int,
+               roles: tuple[str, ...] = SftWarmup.roles) -> None:
+    """The SFT warm start (learner.sft_warmup with `epochs` and `roles`, make run's few-shot
+    counts and seed) on `seeds`, on a learner with conf/learner/dpo.yaml's settings, served by
+    `backend`."""
     _, params = validate_learner(OmegaConf.load(CONF_DIR.parent / "learner" / "dpo.yaml"))
     run = OmegaConf.load(CONF_DIR.parent / "experiment" / "cpu_gemma.yaml")  # make run's
-    config = SftWarmup(epochs=epochs)
+    config = SftWarmup(epochs=epochs, roles=roles)
     demonstrations = seed_demonstrations(seeds, load_prompts("fewshot"), run.loop.few_shot,
                                          run.loop.generator_few_shot,
                                          [Role(r) for r in config.roles], run.loop.seed)

@@ -12,7 +12,14 @@ narrower than the truth), the share of tasks whose pass rate lies in the band (0
 tasks with at least one passing candidate, the preference pairs built, completions sampled
 (duplicates are re-sampled: a cost of low temperatures), and seconds, each per family.
 
+With --sft-warmup EPOCHS every setting is measured again after the solver's SFT warm start
+(learner.sft_warmup with roles [solver], the dpo learner's settings, in this process), rows
+marked "+sft". On seed tasks the warm start trains only on the seed programs none of the measured
+tasks is made from (in any family), so the rows say what it does to tasks it has not seen; with
+--run it trains on the whole pool, as a run's warm start does.
+
     .venv/bin/python bench/solver_pass_rate.py [--tasks 24] [--temperatures 1.0,0.7,0.5]
+        [--sft-warmup 1]
     .venv/bin/python bench/solver_pass_rate.py --run runs/cpu_gemma --temperatures 1.0 \
         --hints own,4,6
 """
@@ -24,7 +31,7 @@ import dataclasses
 import sys
 import time
 
-from generator_admission import DirectEngines  # bench/ is on the path when this file runs
+from generator_admission import DirectEngines, warm_start  # bench/ is on the path
 from learning_result import wilson
 
 from spade_ray.execution import Sandbox
@@ -48,6 +55,8 @@ def main() -> int:
     parser.add_argument("--temperatures", default="1.0,0.7,0.5")
     parser.add_argument("--hints", default="own", help="examples shown, e.g. own,4,6")
     parser.add_argument("--band", default="0.3,0.7")
+    parser.add_argument("--sft-warmup", type=int, default=0, metavar="EPOCHS",
+                        help="also measure after the solver's SFT warm start (0: not)")
     args = parser.parse_args()
     low, high = (float(x) for x in args.band.split(","))
     limits = Limits()
@@ -61,28 +70,45 @@ def main() -> int:
         tasks = in_turn(generated_tasks(args.run) if args.run else seeds, args.tasks)
         settings = [(float(t), None if h == "own" else int(h))
                     for t in args.temperatures.split(",") for h in args.hints.split(",")]
-        for temperature, hints in settings:
-            solving = Solving(engines, {f: templates[f] for f in TaskFamily},
-                              templates["codegen"].chat,
-                              dataclasses.replace(base, temperature=temperature), 2, tuple(seeds))
-            started = time.monotonic()
-            solutions = solving.solve(tasks, 0, TokenMeter("solver"), hints=hints)
-            scored = score(solutions, execute(sandbox, solutions, limits), 0.0, False)
-            seconds = time.monotonic() - started
-            for family in [*TaskFamily, None]:
-                mine = [t.task_id for t in tasks if family is None or t.family is family]
-                verdicts = [s for c, s in zip(solutions.candidates, scored.scores)
-                            if c.task_id in mine]
-                rates = [scored.pass_rates[t] for t in mine if t in scored.pass_rates]
-                rows.append((temperature, hints or "own", family.value if family else "all",
-                             len(mine),
-                             sum(s.passed for s in verdicts), len(verdicts),
-                             sum(low <= r <= high for r in rates), sum(r > 0 for r in rates),
-                             sum(p.task_id in mine for p in scored.pairs),
-                             solutions.sampled if family is None else None, seconds))
-            print_rows(rows, f"model {args.model}, {len(tasks)} "
-                             f"{'generated' if args.run else 'seed'} tasks x {args.candidates} "
-                             f"candidates, top_p 0.95, sampling seed 1234, band {low}-{high}")
+        title = (f"model {args.model}, {len(tasks)} {'generated' if args.run else 'seed'} "
+                 f"tasks x {args.candidates} candidates, top_p 0.95, sampling seed 1234, "
+                 f"band {low}-{high}")
+        for weights in ["base", "+sft"] if args.sft_warmup else ["base"]:
+            if weights == "+sft":
+                shown = {t.reference for t in tasks}
+                warm_start(args.model, [t for t in seeds if t.reference not in shown],
+                           args.sft_warmup, engines.backend, 1, roles=("solver",))
+            for temperature, hints in settings:
+                rows += measure(engines, templates, dataclasses.replace(base,
+                                temperature=temperature), seeds, tasks, hints, sandbox,
+                                limits, (low, high), weights)
+                print_rows(rows, title)
+    return 0
+
+
+def measure(engines, templates, sampling: SamplingParams, seeds: list[Task], tasks: list[Task],
+            hints: int | None, sandbox: Sandbox, limits: Limits, band: tuple[float, float],
+            weights: str) -> list[tuple]:
+    """One setting's rows: per family and for all, what the solver's candidates scored."""
+    low, high = band
+    solving = Solving(engines, {f: templates[f] for f in TaskFamily}, templates["codegen"].chat,
+                      sampling, 2, tuple(seeds))
+    started = time.monotonic()
+    solutions = solving.solve(tasks, 0, TokenMeter("solver"), hints=hints)
+    scored = score(solutions, execute(sandbox, solutions, limits), 0.0, False)
+    seconds = time.monotonic() - started
+    rows = []
+    for family in [*TaskFamily, None]:
+        mine = [t.task_id for t in tasks if family is None or t.family is family]
+        verdicts = [s for c, s in zip(solutions.candidates, scored.scores) if c.task_id in mine]
+        rates = [scored.pass_rates[t] for t in mine if t in scored.pass_rates]
+        rows.append((weights, sampling.temperature, hints or "own",
+                     family.value if family else "all", len(mine),
+                     sum(s.passed for s in verdicts), len(verdicts),
+                     sum(low <= r <= high for r in rates), sum(r > 0 for r in rates),
+                     sum(p.task_id in mine for p in scored.pairs),
+                     solutions.sampled if family is None else None, seconds))
+    return rows
     return 0
 
 
@@ -107,12 +133,13 @@ def in_turn(tasks: list[Task], count: int) -> list[Task]:
 def print_rows(rows: list[tuple], title: str) -> None:
     """The table so far (printed after each setting: a long run shows its progress)."""
     print(f"\n{title}")
-    print(f"{'temp':>5} {'hints':>5} {'family':<8}{'tasks':>6}{'passed':>10}{'rate':>6}"
-          f"{'95% CI':>14}{'in band':>8}{'any pass':>9}{'pairs':>6}{'sampled':>8}{'s':>6}",
-          flush=True)
-    for temp, hints, family, n, passed, total, band, anyp, pairs, sampled, seconds in rows:
+    print(f"{'weights':<8}{'temp':>5} {'hints':>5} {'family':<8}{'tasks':>6}{'passed':>10}"
+          f"{'rate':>6}{'95% CI':>14}{'in band':>8}{'any pass':>9}{'pairs':>6}{'sampled':>8}"
+          f"{'s':>6}", flush=True)
+    for weights, temp, hints, family, n, passed, total, band, anyp, pairs, sampled, seconds \
+            in rows:
         lo, hi = wilson(passed, total)
-        print(f"{temp:>5.2f} {hints:>5} {family:<8}{n:>6}{f'{passed}/{total}':>10}"
+        print(f"{weights:<8}{temp:>5.2f} {hints:>5} {family:<8}{n:>6}{f'{passed}/{total}':>10}"
               f"{passed / max(total, 1):>6.2f}   [{lo:.2f}, {hi:.2f}]{band:>8}{anyp:>9}"
               f"{pairs:>6}{'' if sampled is None else sampled:>8}"
               f"{'' if sampled is None else f'{seconds:.0f}':>6}", flush=True)
