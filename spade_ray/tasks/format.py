@@ -153,15 +153,21 @@ def _sections(text: str) -> dict[str, str]:
 def _inputs(section: str, functions: dict[str, ast.FunctionDef]
             ) -> tuple[str, tuple[str, ...], tuple[tuple[Any, ...], ...]]:
     """The entry point and the distinct calls of it, up to the first line that is not a call;
-    a call with a number of arguments the function does not take is skipped. Calls of a name
+    a call with a number of arguments the function does not take is skipped, and so is a call
+    of the function whose arguments are not literals (`f(xs)`, a broken string): a small model
+    often writes one such line before good ones. Calls of a name
     the reference does not define are calls of its function when it defines only one (a small
     model often shortens or changes the name it just wrote: `max_of` for `max_of_duplicates`);
     the calls kept then name that function (written as call_text does), by either name."""
-    entry_point, called, calls, inputs, wrong_arity = None, None, [], [], 0
+    entry_point, called, calls, inputs, wrong_arity, unreadable = None, None, [], [], 0, 0
     lines, i = [line.strip() for line in section.splitlines()], 0
     while i < len(lines):
         line, parsed, i = _next_call(lines, i)
-        if parsed is None or (called is not None and parsed[0] not in (called, entry_point)):
+        names = set(functions) if called is None else {called, entry_point}
+        if parsed is None and (match := _CALL_START.match(line)) and match[0][:-1] in names:
+            unreadable += 1
+            continue
+        if parsed is None or (called is not None and parsed[0] not in names):
             break
         name, args, named = parsed
         if called is None:
@@ -180,8 +186,8 @@ def _inputs(section: str, functions: dict[str, ast.FunctionDef]
         if len(inputs) == MAX_INPUTS:
             break
     if entry_point is None:
-        raise TaskFormatError("no_inputs", "the Inputs section has no call with literal "
-                                           "arguments")
+        raise TaskFormatError("no_inputs", f"the Inputs section has no call with literal "
+                                           f"arguments ({unreadable} without)")
     if len(inputs) < MIN_INPUTS:
         reason = "input_arity" if wrong_arity else "too_few_inputs"
         raise TaskFormatError(reason, f"{len(inputs)} distinct input(s) {entry_point} takes "

@@ -122,3 +122,20 @@ def test_a_def_over_several_lines_or_with_a_comment_becomes_a_one_line_signature
     namespace = {}
     exec(p.signature + "\n    return 2 * x\n", namespace)  # a candidate: signature + body
     assert namespace["double"](4) == 8
+
+
+@pytest.mark.parametrize("unreadable", ["double(y)", "double( \\\" a \\\" ' , 1)", "double(x",
+                                        "double([1, 2] + [3])"])
+def test_calls_of_the_function_without_literal_arguments_are_skipped(unreadable):
+    # a make run's generator wrote `get_list_of_empty_tuples(xs)` above two good calls
+    text = GOOD.replace("double(2)\n", f"{unreadable}\ndouble(2)\n")
+    assert parse_proposal(text).inputs == ((2,), (-1,))
+    after = GOOD.replace("double(-1)", f"double(-1)\n{unreadable}\ndouble(7)")
+    assert parse_proposal(after).inputs == ((2,), (-1,), (7,))
+
+
+def test_a_call_of_another_function_without_literals_still_ends_the_inputs():
+    text = GOOD.replace("double(-1)", "double(-1)\nprint(x)\ndouble(7)")
+    assert parse_proposal(text).inputs == ((2,), (-1,))
+    with pytest.raises(TaskFormatError, match=r"no_inputs|\(0 without\)"):
+        parse_proposal(GOOD.replace("double(2)\n", "print(y)\ndouble(2)\n"))
