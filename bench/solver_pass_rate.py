@@ -109,7 +109,6 @@ def measure(engines, templates, sampling: SamplingParams, seeds: list[Task], tas
                      sum(p.task_id in mine for p in scored.pairs),
                      solutions.sampled if family is None else None, seconds))
     return rows
-    return 0
 
 
 def generated_tasks(run_dir: str) -> list[Task]:

@@ -155,10 +155,10 @@ def _inputs(section: str, functions: dict[str, ast.FunctionDef]
     """The entry point and the distinct calls of it, up to the first line that is not a call;
     a call with a number of arguments the function does not take is skipped, and so is a call
     of the function whose arguments are not literals (`f(xs)`, a broken string): a small model
-    often writes one such line before good ones. Calls of a name
-    the reference does not define are calls of its function when it defines only one (a small
-    model often shortens or changes the name it just wrote: `max_of` for `max_of_duplicates`);
-    the calls kept then name that function (written as call_text does), by either name."""
+    often writes one such line before good ones. Calls of a name the reference does not define
+    are calls of its function when it defines only one (a small model often shortens or changes
+    the name it just wrote: `max_of` for `max_of_duplicates`); the calls kept then name that
+    function (written as call_text does), by either name."""
     entry_point, called, calls, inputs, wrong_arity, unreadable = None, None, [], [], 0, 0
     lines, i = [line.strip() for line in section.splitlines()], 0
     while i < len(lines):

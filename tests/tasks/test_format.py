@@ -137,5 +137,6 @@ def test_calls_of_the_function_without_literal_arguments_are_skipped(unreadable)
 def test_a_call_of_another_function_without_literals_still_ends_the_inputs():
     text = GOOD.replace("double(-1)", "double(-1)\nprint(x)\ndouble(7)")
     assert parse_proposal(text).inputs == ((2,), (-1,))
-    with pytest.raises(TaskFormatError, match=r"no_inputs|\(0 without\)"):
+    with pytest.raises(TaskFormatError) as e:
         parse_proposal(GOOD.replace("double(2)\n", "print(y)\ndouble(2)\n"))
+    assert e.value.reason == "no_inputs"
