@@ -52,13 +52,16 @@ def install_fds(mapping):
         os.close(fd)
 
 
-def candidate_main(fds):
-    """Set up the forked candidate, wait for its job (the server's spare until then: the host
-    has moved it into its cgroup before the job is sent) and run it. Never returns.
+def candidate_main(fds, join_fds=()):
+    """Set up the forked candidate, wait for its job (the server's spare until then: it is in
+    its cgroup before the job is sent, by `join_cgroup` or moved there by the host) and run it.
+    Never returns.
 
     What does not depend on the job is done before it arrives, off the run's critical path: the
     environment and the standard streams (0.5 ms after the job, measured in the jail, mostly
     copy-on-write faults)."""
+    if join_fds:
+        join_cgroup(join_fds, fds["joined_w"])
     os.setsid()
     install_fds({0: fds["stdin_r"], 1: fds["out_w"], 2: fds["err_w"], FLAG_FD: fds["flag_w"],
                  CALLS_FD: fds["calls_r"], ANSWERS_FD: fds["answers_w"], JOB_FD: fds["job_r"]})
@@ -82,6 +85,18 @@ def candidate_main(fds):
     set_limits(req["limits"], req["rlimit_nproc"], req["address_space_mb"],
                req["shares_memory_cgroup"])
     os._exit(run_candidate(req["code"], serve=req["grade"]))
+
+
+def join_cgroup(join_fds, joined_w):
+    """Move this process into the execution cgroup through the `tasks` files the host opened
+    (harness.py's module doc) and tell the server so; exit without a run if the kernel refuses.
+    install_fds then closes these fds: the program never holds them."""
+    try:
+        for fd in join_fds:
+            os.write(fd, b"0")
+        os.write(joined_w, b"1")
+    except OSError:
+        os._exit(71)
 
 
 def grader_main(fds):

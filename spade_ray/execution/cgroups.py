@@ -10,7 +10,9 @@ remove cost 1.3 ms per execution on cgroup v1 here (4 hierarchies), a reset a fe
 group's files stay open from its creation to its removal: opening and closing the 18 files a
 run touches cost the host about 0.4 ms per execution (measured on v1 here). A run's candidate
 joins a group that held no process (the harness kills and reaps the whole tree before it
-replies; a group that still holds one is removed and made anew), counters that can be reset are
+replies; on v1 the candidate joins by itself, through `join_fds`, and a group holding anything
+else stops the worker; on v2 the host moves it, into a group made anew if it still held
+a process), counters that can be reset are
 (v1: max_usage_in_bytes, failcnt, cpuacct.usage; v2: memory.peak through its own fd, kernel
 >= 6.12), and the others are read as differences from the run's start.
 
@@ -92,7 +94,7 @@ class ExecCgroup:
 
     def begin(self, limits: Limits) -> None:
         """Ready the group for a run under `limits`. It holds the run's candidate already (the
-        caller checked that it held nothing else before adding it), still waiting for its job."""
+        caller checked that it holds nothing else), still waiting for its job."""
         if limits != self.limits:
             self._apply(limits)
             self.limits = limits
@@ -134,6 +136,15 @@ class ExecCgroup:
     def add(self, host_pid: int) -> None:
         for controller in {d: c for c, d in self.dirs.items()}.values():  # one per directory
             self._write(controller, "cgroup.procs", host_pid)
+
+    def join_fds(self) -> list[int]:
+        """v1: new write fds of the group's `tasks` files (one per directory), through which a
+        process moves itself in by writing "0", without the global lock that moving another
+        process takes (sandbox/harness.py). They carry our credentials (the kernel checks the
+        opener's), so only code we trust may hold them. The caller closes them."""
+        if self.version != "v1":
+            raise ValueError("joining through tasks files is cgroup v1's (v2: add())")
+        return [os.open(d / "tasks", os.O_WRONLY | os.O_CLOEXEC) for d in set(self.dirs.values())]
 
     def _counters(self) -> tuple[float, int, int]:
         """(CPU seconds, OOM kills, limit hits) as the kernel counts them now."""

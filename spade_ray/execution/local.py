@@ -147,6 +147,11 @@ class LocalWorker:
         seccomp_fd = self._seccomp_fd()
         if seccomp_fd is not None:
             fds.append(seccomp_fd)
+        join = []
+        if self.cgroup_version == "v1":  # each candidate joins the group itself (_take_spare)
+            self._cgroup = self._new_cgroup()
+            join = self._cgroup.join_fds()
+            fds += join
         cmd = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
                "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
@@ -156,7 +161,8 @@ class LocalWorker:
                "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/work", "--clearenv",
                *(arg for name, value in JAIL_ENV.items() for arg in ("--setenv", name, value)),
                *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
-               self.python, *JAIL_PYTHON]
+               self.python, *JAIL_PYTHON,
+               *(["--join-cgroup", ",".join(map(str, join))] if join else [])]
         as_nobody = {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
         self._proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -285,22 +291,37 @@ class LocalWorker:
         return result, grader_report(request, reply, report)
 
     def _take_spare(self) -> None:
-        """Read the harness's spare candidate for the next run and move it into the worker's
-        cgroup (made anew if a process outlived the last run). Runs on the worker's own thread
-        from the end of a run, so that the move overlaps the caller's time between runs: on
-        cgroup v1 a migration waits for an RCU grace period unless another one happened
-        shortly before: 10-20 ms for more than a tenth of the runs when they came 10 ms apart
-        (measured here). The next run waits for it before it sends its request."""
+        """Read the harness's spare candidate for the next run and see that it is alone in the
+        worker's cgroup. Runs on the worker's own thread from the end of a run; the next run
+        waits for it before it sends its request.
+
+        On v1 the candidate joined the group itself (through the fds _spawn passed: harness.py),
+        before the harness announced it. Moving it from here waits for an RCU grace period
+        unless another migration happened shortly before: 6-17 ms after any run longer than
+        ~20 ms, on the next run's critical path (measured here), against 0.06-0.2 ms joining.
+        On v2 we move it (into a group made anew if a process outlived the last run),
+        overlapping the caller's time between runs: a process joining through cgroup.procs
+        moves its whole thread group, which takes the same global lock (not measured: this
+        machine has v1 only)."""
         candidate = spare_pid(self._channel.recv(time.monotonic() + START_TIMEOUT_S))
+        if self.cgroup_version == "v1":
+            held = self._cgroup.pids()
+            if len(held) != 1:  # the harness reaps a run's tree before replying: never
+                raise ChannelError(f"the execution cgroup holds {len(held)} processes, not "
+                                   "the spare candidate alone")
+            return
         if not self.cgroup_version:
             return
         if self._cgroup is not None and self._cgroup.pids():
             self._drop_cgroup()
         if self._cgroup is None:
-            self._exec_seq += 1
-            self._cgroup = cgroups.ExecCgroup(self.cgroup_version,
-                                              f"{self.name}-{self._exec_seq}", self.limits)
+            self._cgroup = self._new_cgroup()
         self._cgroup.add(self._host_pid(candidate))
+
+    def _new_cgroup(self) -> cgroups.ExecCgroup:
+        self._exec_seq += 1
+        return cgroups.ExecCgroup(self.cgroup_version, f"{self.name}-{self._exec_seq}",
+                                  self.limits)
 
     def _drop_cgroup(self) -> None:
         if self._cgroup is not None:

@@ -224,6 +224,35 @@ def test_proc_shows_only_the_jail(sandbox):
     assert str(os.getpid()) not in r.stdout or int(r.stdout) <= 3
 
 
+def test_no_fd_the_program_can_reach_moves_a_process_between_cgroups(sandbox):
+    """The local backend's harness holds fds of the execution cgroup's `tasks` files (opened by
+    root: whoever holds one may move any process of the jail, the server included, into the
+    candidate's limits). Neither the candidate's own fds nor another process's reach them."""
+    r = run(sandbox, """
+        import os
+        own = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                own.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        others = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            if int(pid) == os.getpid():
+                continue
+            try:
+                others.append((pid, os.listdir(f"/proc/{pid}/fd")))
+            except OSError:
+                pass
+        print(own)
+        print(others)
+    """)
+    assert r.status is ExecStatus.OK, r.stderr
+    own, others = r.stdout.splitlines()
+    assert "tasks" not in own and "cgroup" not in own and "/sys" not in own
+    assert others == "[]"
+
+
 def test_writing_outside_the_working_dir_fails(sandbox):
     r = run(sandbox, """
         import os

@@ -1,4 +1,5 @@
-"""After hostile runs and close(), the host is as it was: no process, mount or cgroup left."""
+"""After hostile runs and close(), the host is as it was: no process, mount or cgroup left; and
+while it runs, every program is inside its worker's cgroup."""
 
 import os
 import re
@@ -7,9 +8,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from spade_ray.execution import cgroups
 from spade_ray.execution.hostpaths import MOUNT_ROOT
-from spade_ray.records import TestSuite
+from spade_ray.records import ExecStatus, TestSuite
 from tests.conftest import TEST_LIMITS, open_sandbox
 
 HOSTILE = [
@@ -82,3 +85,29 @@ def test_a_sandbox_failure_is_run_again_on_a_fresh_jail():
         result = sb.run("import time; time.sleep(1); print('done')")
         killer.join()
     assert (result.status.value, result.stdout, result.attempts) == ("ok", "done\n", 2)
+
+
+def test_the_candidate_runs_in_its_workers_cgroup():
+    """On v1 the candidate joins the group itself through fds the harness holds; on v2 the host
+    moves it. Either way every run's program is inside it."""
+    wanted = ("memory", "pids") if cgroups.detect() == "v1" else ("",)  # v2: "0::/path"
+    with open_sandbox("local", limits=TEST_LIMITS, workers=1) as sb:
+        for _ in range(2):  # the first spare, and one forked after a run
+            r = sb.run("print(open('/proc/self/cgroup').read())")
+            lines = [line for line in r.stdout.split() if line.split(":")[1] in wanted]
+            assert len(lines) == len(wanted), r.stdout
+            assert all(f"/{cgroups.GROUP}/w-{os.getpid()}-" in line for line in lines), r.stdout
+
+
+def test_a_candidate_that_cannot_join_its_cgroup_never_runs(monkeypatch):
+    """If the kernel refuses the join, the harness reports an infrastructure failure before the
+    program starts: a sandbox_error (re-run once on a fresh jail), never the program's score."""
+    if cgroups.detect() != "v1":
+        pytest.skip("candidates join their cgroup themselves on cgroup v1 only")
+    monkeypatch.setattr(cgroups.ExecCgroup, "join_fds",
+                        lambda self: [os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)])
+    with open_sandbox("local", limits=TEST_LIMITS, workers=1) as sb:
+        r = sb.run("open('ran', 'w').write('x'); print('ran')")
+    assert r.status is ExecStatus.SANDBOX_ERROR
+    assert "could not join its execution cgroup" in r.detail
+    assert r.stdout == "" and r.attempts == 2
