@@ -11,6 +11,9 @@ one run:
   frame-4shot frame with four few-shot programs instead of two (make run's default)
   frame-6shot frame with six
   frame-4shot-aug  frame-4shot with 8 augmented inputs per proposal (admission.augment_inputs)
+  frame-4shot-aug-minp  the same at temperature 1.2 with min-p 0.1 (SamplingParams.min_p: the
+            tokens under a tenth of the likeliest one's probability are cut, so a hotter
+            temperature spreads over plausible tokens only)
 For each: outputs, admitted (with a 95% Wilson interval), tokens per output, seconds, and the
 most common rejection reasons. Admission is the run's own (tasks/admission.py, local sandbox).
 
@@ -180,7 +183,9 @@ def main() -> int:
                 "frame-t0.6": (dataclasses.replace(framed, temperature=0.6), 96, 2, plain),
                 "frame-4shot": (framed, 96, 4, plain),
                 "frame-6shot": (framed, 96, 6, plain),
-                "frame-4shot-aug": (framed, 96, 4, augmented)}
+                "frame-4shot-aug": (framed, 96, 4, augmented),
+                "frame-4shot-aug-minp": (dataclasses.replace(framed, temperature=1.2, min_p=0.1),
+                                         96, 4, augmented)}
     if args.only:
         variants = {k: variants[k] for k in args.only.split(",")}
     with Sandbox("local", limits) as sandbox:
@@ -199,8 +204,8 @@ def main() -> int:
             warm_start(args.model, seeds, args.sft_warmup, engines.backend,
                        len(args.checkpoint) + 1)
             rows += measure("+sft", variants, *shared)
-    print(f"\nmodel {args.model}, {args.prompts} prompts x 2 outputs, temperature 0.9, "
-          f"max {args.max_tokens} tokens, sampling seed 1234")
+    print(f"\nmodel {args.model}, {args.prompts} prompts x 2 outputs, temperature 0.9 (unless "
+          f"the variant says), max {args.max_tokens} tokens, sampling seed 1234")
     print(f"{'decoding':<28}{'outputs':>8}{'admitted':>9}{'rate':>7}{'95% CI':>16}"
           f"{'tok/out':>9}{'s':>7}  rejections")
     for name, outputs, admitted, tokens, seconds, reasons in rows:

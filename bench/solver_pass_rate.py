@@ -1,16 +1,17 @@
-"""The solver's pass rate: what the sampling temperature and the examples a prompt shows do to
-it, and to the tasks in the co-evolution band and the pairs.
+"""The solver's pass rate: what the sampling temperature, min-p and the examples a prompt shows
+do to it, and to the tasks in the co-evolution band and the pairs.
 
 The run's solver step (stages.Solving: the family's few-shot prompt, K distinct candidates,
-checked in the local sandbox, scored and paired by the evaluator) on the admitted seed tasks,
-or on the generated tasks a run admitted (`--run runs/NAME`: the tasks the band is about), for
-every temperature and every hint count (`--hints`: examples shown in codegen and repair prompts,
-families.shown_examples; `own` = the task's visible ones, what the controller's level 0
-shows), the same model and sampling seed, in one run. For each setting: the pass rate over
-candidates (95% Wilson interval; candidates of one task are not independent, so the interval is
-narrower than the truth), the share of tasks whose pass rate lies in the band (0.3-0.7), the
-tasks with at least one passing candidate, the preference pairs built, completions sampled
-(duplicates are re-sampled: a cost of low temperatures), and seconds, each per family.
+checked in the local sandbox, scored and paired by the evaluator) on the admitted seed tasks, or
+on the generated tasks a run admitted (`--run runs/NAME`: the tasks the band is about), for
+every temperature, every min-p (`--min-p`, 0: off) and every hint count (`--hints`: examples
+shown in codegen and repair prompts, families.shown_examples; `own` = the task's visible ones,
+what the controller's level 0 shows), the same model and sampling seed, in one run. For each
+setting: the pass rate over candidates (95% Wilson interval; candidates of one task are not
+independent, so the interval is narrower than the truth), the share of tasks whose pass rate
+lies in the band (0.3-0.7), the tasks with at least one passing candidate, the preference pairs
+built, completions sampled (duplicates are re-sampled: a cost of low temperatures), and seconds,
+each per family.
 
 With --sft-warmup EPOCHS every setting is measured again after the solver's SFT warm start
 (learner.sft_warmup with roles [solver], the dpo learner's settings, in this process), rows
@@ -19,7 +20,7 @@ tasks is made from (in any family), so the rows say what it does to tasks it has
 --run it trains on the whole pool, as a run's warm start does.
 
     .venv/bin/python bench/solver_pass_rate.py [--tasks 24] [--temperatures 1.0,0.7,0.5]
-        [--sft-warmup 1]
+        [--min-p 0,0.1] [--sft-warmup 1]
     .venv/bin/python bench/solver_pass_rate.py --run runs/cpu_gemma --temperatures 1.0 \
         --hints own,4,6
 """
@@ -53,6 +54,7 @@ def main() -> int:
     parser.add_argument("--run", help="a run directory: solve its admitted generated tasks")
     parser.add_argument("--candidates", type=int, default=4)
     parser.add_argument("--temperatures", default="1.0,0.7,0.5")
+    parser.add_argument("--min-p", default="0", help="min-p values, e.g. 0,0.1 (0: off)")
     parser.add_argument("--hints", default="own", help="examples shown, e.g. own,4,6")
     parser.add_argument("--band", default="0.3,0.7")
     parser.add_argument("--sft-warmup", type=int, default=0, metavar="EPOCHS",
@@ -68,8 +70,9 @@ def main() -> int:
     with Sandbox("local", limits) as sandbox:
         seeds = load_seed_tasks(sandbox, limits)
         tasks = in_turn(generated_tasks(args.run) if args.run else seeds, args.tasks)
-        settings = [(float(t), None if h == "own" else int(h))
-                    for t in args.temperatures.split(",") for h in args.hints.split(",")]
+        settings = [(float(t), float(m), None if h == "own" else int(h))
+                    for t in args.temperatures.split(",") for m in args.min_p.split(",")
+                    for h in args.hints.split(",")]
         title = (f"model {args.model}, {len(tasks)} {'generated' if args.run else 'seed'} "
                  f"tasks x {args.candidates} candidates, top_p 0.95, sampling seed 1234, "
                  f"band {low}-{high}")
@@ -78,10 +81,10 @@ def main() -> int:
                 shown = {t.reference for t in tasks}
                 warm_start(args.model, [t for t in seeds if t.reference not in shown],
                            args.sft_warmup, engines.backend, 1, roles=("solver",))
-            for temperature, hints in settings:
+            for temperature, min_p, hints in settings:
                 rows += measure(engines, templates, dataclasses.replace(base,
-                                temperature=temperature), seeds, tasks, hints, sandbox,
-                                limits, (low, high), weights)
+                                temperature=temperature, min_p=min_p), seeds, tasks, hints,
+                                sandbox, limits, (low, high), weights)
                 print_rows(rows, title)
     return 0
 
@@ -102,7 +105,7 @@ def measure(engines, templates, sampling: SamplingParams, seeds: list[Task], tas
         mine = [t.task_id for t in tasks if family is None or t.family is family]
         verdicts = [s for c, s in zip(solutions.candidates, scored.scores) if c.task_id in mine]
         rates = [scored.pass_rates[t] for t in mine if t in scored.pass_rates]
-        rows.append((weights, sampling.temperature, hints or "own",
+        rows.append((weights, sampling.temperature, sampling.min_p, hints or "own",
                      family.value if family else "all", len(mine),
                      sum(s.passed for s in verdicts), len(verdicts),
                      sum(low <= r <= high for r in rates), sum(r > 0 for r in rates),
@@ -132,15 +135,15 @@ def in_turn(tasks: list[Task], count: int) -> list[Task]:
 def print_rows(rows: list[tuple], title: str) -> None:
     """The table so far (printed after each setting: a long run shows its progress)."""
     print(f"\n{title}")
-    print(f"{'weights':<8}{'temp':>5} {'hints':>5} {'family':<8}{'tasks':>6}{'passed':>10}"
-          f"{'rate':>6}{'95% CI':>14}{'in band':>8}{'any pass':>9}{'pairs':>6}{'sampled':>8}"
-          f"{'s':>6}", flush=True)
-    for weights, temp, hints, family, n, passed, total, band, anyp, pairs, sampled, seconds \
-            in rows:
+    print(f"{'weights':<8}{'temp':>5}{'min_p':>6} {'hints':>5} {'family':<8}{'tasks':>6}"
+          f"{'passed':>10}{'rate':>6}{'95% CI':>14}{'in band':>8}{'any pass':>9}{'pairs':>6}"
+          f"{'sampled':>8}{'s':>6}", flush=True)
+    for weights, temp, min_p, hints, family, n, passed, total, band, anyp, pairs, sampled, \
+            seconds in rows:
         lo, hi = wilson(passed, total)
-        print(f"{weights:<8}{temp:>5.2f} {hints:>5} {family:<8}{n:>6}{f'{passed}/{total}':>10}"
-              f"{passed / max(total, 1):>6.2f}   [{lo:.2f}, {hi:.2f}]{band:>8}{anyp:>9}"
-              f"{pairs:>6}{'' if sampled is None else sampled:>8}"
+        print(f"{weights:<8}{temp:>5.2f}{min_p:>6.2f} {hints:>5} {family:<8}{n:>6}"
+              f"{f'{passed}/{total}':>10}{passed / max(total, 1):>6.2f}   [{lo:.2f}, {hi:.2f}]"
+              f"{band:>8}{anyp:>9}{pairs:>6}{'' if sampled is None else sampled:>8}"
               f"{'' if sampled is None else f'{seconds:.0f}':>6}", flush=True)
 
 

@@ -40,6 +40,7 @@ class SamplingConfig:
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
+    min_p: float = 0.0
     max_tokens: int = 256
     stop: list[str] = dataclasses.field(default_factory=list)
     seed: int | None = None
@@ -334,5 +335,5 @@ def check_resources(key: str, resources: dict[str, float], instead: str) -> None
 
 def role_sampling(role: RoleConfig) -> SamplingParams:
     s = role.sampling
-    return SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p,
+    return SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p, min_p=s.min_p,
                           max_tokens=s.max_tokens, stop=tuple(s.stop), seed=s.seed)

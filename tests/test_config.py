@@ -33,10 +33,11 @@ def test_unknown_backend_is_named():
         validate_model(cfg)
 
 
-def test_bad_sampling_value_is_named():
+@pytest.mark.parametrize("key,value", [("top_p", 1.5), ("min_p", 1.0), ("min_p", -0.1)])
+def test_bad_sampling_value_is_named(key, value):
     cfg = OmegaConf.load(CONF / "model" / "tiny_hf.yaml")
-    cfg.roles.solver.sampling.top_p = 1.5
-    with pytest.raises(ValueError, match="top_p"):
+    cfg.roles.solver.sampling[key] = value
+    with pytest.raises(ValueError, match=key):
         validate_model(cfg)
 
 

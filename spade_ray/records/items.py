@@ -193,6 +193,10 @@ class SamplingParams:
     n: int = 1  # completions per prompt
     temperature: float = 1.0
     top_p: float = 1.0
+    # min-p sampling (0: off): drop the tokens less likely than min_p times the likeliest one.
+    # It scales with the model's confidence, so a high temperature spreads over the plausible
+    # tokens only (Nguyen et al. 2024); hf, vLLM and vLLM's OpenAI server apply it.
+    min_p: float = 0.0
     max_tokens: int = 256  # new tokens per completion
     stop: tuple[str, ...] = ()  # cut the text before the first of these (excluded)
     seed: int | None = None
@@ -204,6 +208,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p < 1:
+            raise ValueError(f"SamplingParams.min_p must be in [0, 1), got {self.min_p}")
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens must be an integer >= 1, got "
                              f"{self.max_tokens!r}")

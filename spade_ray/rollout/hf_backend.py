@@ -87,6 +87,7 @@ class HFBackend:
             **batch, max_new_tokens=sampling.max_tokens,
             do_sample=not greedy, temperature=None if greedy else sampling.temperature,
             top_p=None if greedy else sampling.top_p, top_k=None,
+            min_p=None if greedy or not sampling.min_p else sampling.min_p,
             stop_strings=list(sampling.stop) or None, tokenizer=self.tokenizer,
             pad_token_id=self.tokenizer.pad_token_id)
         new_tokens = output[:, batch["input_ids"].shape[1]:]

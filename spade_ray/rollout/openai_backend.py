@@ -17,6 +17,9 @@ A prompt that fits the context but leaves less than max_tokens room is not refus
 server: it generates up to the context and reports "length" (unlike the hf / vllm backends,
 which raise PromptTooLong; the server's context is not known here).
 
+`min_p` goes in the request body as vLLM's and SGLang's servers take it; OpenAI's own API has
+no such parameter and refuses the request, which then fails with the server's message.
+
 Non-goals: the weights behind an API are not ours: update_weights raises ReadOnlyBackend and
 weights_version stays 0. No streaming, no tool calls.
 """
@@ -79,6 +82,8 @@ class OpenAIBackend:
         common = dict(model=self.model, n=sampling.n // copies, temperature=sampling.temperature,
                       top_p=sampling.top_p, stop=list(sampling.stop) or None,
                       seed=None if sampling.seed is None else sampling.seed + index)
+        if sampling.min_p:  # not in OpenAI's API: vLLM's and SGLang's servers read it here
+            common["extra_body"] = {"min_p": sampling.min_p}
         try:
             if self.chat:
                 response = self.client.chat.completions.create(

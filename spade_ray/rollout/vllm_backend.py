@@ -114,7 +114,8 @@ class VLLMBackend:
         # request already differ from each other.
         seed = None if sampling.seed is None else sampling.seed + index
         return vllm.SamplingParams(n=n, temperature=sampling.temperature,
-                                   top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+                                   top_p=sampling.top_p, min_p=sampling.min_p,
+                                   max_tokens=sampling.max_tokens,
                                    stop=list(sampling.stop) or None, seed=seed)
 
     def _completion(self, output: Any, prompt_tokens: int, index: int) -> Completion:

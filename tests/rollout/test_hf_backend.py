@@ -1,5 +1,7 @@
 """The hf backend with a real (tiny, random) model: shapes, counts, stops, weights, errors."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -46,6 +48,15 @@ def test_stop_string_cuts_the_text(backend):
                                                    stop=(stop,)))[0][0]
     assert cut.text == text[:text.find(stop)]
     assert cut.finish_reason == "stop"
+
+
+def test_min_p_keeps_only_the_tokens_near_the_likeliest(backend):
+    greedy = backend.generate(["def f(x):"], SamplingParams(temperature=0, max_tokens=8))[0][0]
+    hot = SamplingParams(n=4, temperature=2.0, max_tokens=8, seed=0)
+    spread = backend.generate(["def f(x):"], hot)[0]
+    assert len({c.text for c in spread}) > 1  # a hot random model: the samples differ
+    cut = backend.generate(["def f(x):"], dataclasses.replace(hot, min_p=0.999))[0]
+    assert {c.text for c in cut} == {greedy.text}
 
 
 def test_weight_update_changes_output_and_version(backend):

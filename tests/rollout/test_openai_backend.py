@@ -6,6 +6,7 @@ turns the skip into a failure. The server requires an API key, so the key handli
 too. Tests that need no server (a server that is down, read-only weights) run everywhere.
 """
 
+import dataclasses
 import importlib.util
 import os
 import signal
@@ -140,6 +141,15 @@ def test_stop_string_ends_generation_and_is_cut(backend):
         temperature=0.0, max_tokens=12, stop=(stop_at,)))[0][0]
     assert out.text == text[:text.index(stop_at)]
     assert out.finish_reason == "stop"
+
+
+@pytest.mark.vllm
+def test_min_p_reaches_the_server(backend):
+    greedy = backend.generate(["x = "], SamplingParams(temperature=0.0, max_tokens=6))[0][0]
+    hot = SamplingParams(n=4, temperature=2.0, max_tokens=6, seed=0)
+    assert len({c.text for c in backend.generate(["x = "], hot)[0]}) > 1
+    cut = backend.generate(["x = "], dataclasses.replace(hot, min_p=0.999))[0]
+    assert {c.text for c in cut} == {greedy.text}
 
 
 @pytest.mark.vllm

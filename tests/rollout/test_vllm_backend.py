@@ -83,6 +83,16 @@ def test_seeded_sampling_repeats_and_its_n_samples_differ(backend):
     assert len(set(first)) == 4
 
 
+def test_min_p_reaches_the_engine():
+    """Wiring only: this engine computes the tiny model in bfloat16, whose logits tie often
+    enough that min_p 0.999 still leaves two tokens at some steps (the openai backend's test
+    checks the effect through vLLM's server)."""
+    from spade_ray.rollout.vllm_backend import VLLMBackend
+
+    assert VLLMBackend._params(SamplingParams(min_p=0.1), 0, 1).min_p == 0.1
+    assert VLLMBackend._params(SamplingParams(), 0, 1).min_p == 0.0
+
+
 def test_greedy_sampling_with_n_gives_n_identical_completions(backend, original_greedy):
     out = backend.generate(["def add(a, b):"], SamplingParams(
         n=3, temperature=0.0, max_tokens=GREEDY.max_tokens))  # vLLM itself refuses n > 1 here
