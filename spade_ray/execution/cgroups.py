@@ -11,10 +11,10 @@ group's files stay open from its creation to its removal: opening and closing th
 run touches cost the host about 0.4 ms per execution (measured on v1 here). A run's candidate
 joins a group that held no process (the harness kills and reaps the whole tree before it
 replies; on v1 the candidate joins by itself, through `join_fds`, and a group holding anything
-else stops the worker; on v2 the host moves it, into a group made anew if it still held
-a process), counters that can be reset are
-(v1: max_usage_in_bytes, failcnt, cpuacct.usage; v2: memory.peak through its own fd, kernel
->= 6.12), and the others are read as differences from the run's start.
+else stops the worker; on v2 the host moves it, into a group made anew if it still held a
+process), counters that can be reset are (v1: max_usage_in_bytes, failcnt, cpuacct.usage; v2:
+memory.peak through its own fd, kernel >= 6.12), and the others are read as differences from
+the run's start.
 
 Not handled: cgroup v1 kernels without `oom_kill` in memory.oom_control (< 4.13) report an OOM as
 `killed`; nested v2 delegation where the parent is not ours (we need write access to the root of

@@ -104,9 +104,9 @@ class Request:
 
 def spare_pid(frame: dict[str, Any]) -> int:
     """The jail pid of the candidate the harness forked ahead of the next request."""
-    pid = frame.get("spare")
     if "harness_error" in frame:
         raise ChannelError(f"harness error: {frame['harness_error']}")
+    pid = frame.get("spare")
     if type(pid) is not int:
         raise ChannelError(f"expected the harness's spare frame, got {sorted(frame)}")
     return pid
