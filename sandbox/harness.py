@@ -162,7 +162,7 @@ class Spares:
         self.grader_pid = self.candidate_pid = None
 
 
-def fork_spares():
+def fork_spares(streams):
     """Fork the grader and the candidate of the next run before its request arrives, while the
     host is busy with the last reply: the forks (about 1 ms of CPU each, mostly page-table copies
     and the children's set-up) then leave the critical path, and the candidate is in its cgroup
@@ -174,7 +174,7 @@ def fork_spares():
     grader's process."""
     spares = Spares()
     spares.grader_pid = _fork(lambda: child.grader_main(spares.fds))
-    spares.candidate_pid = _fork(lambda: child.candidate_main(spares.fds, JOIN_FDS))
+    spares.candidate_pid = _fork(lambda: child.candidate_main(spares.fds, JOIN_FDS, streams))
     for fd in spares.fds.values():
         os.close(fd)
     if JOIN_FDS:
@@ -269,18 +269,23 @@ def main():
     os.chdir(WORK_DIR)
     if os.path.isdir(SITE_DIR):
         sys.path.insert(0, SITE_DIR)
+    # The host sets the string-hash seed (PYTHONHASHSEED) for every jail alike: say which one
+    # took effect, for the results' environment. Then every child's environment (child.py's
+    # CHILD_ENV), inherited from here: nothing of ours reads ours after this.
+    hash_seed = os.environ.get("PYTHONHASHSEED", "random")
+    os.environ.clear()
+    os.environ.update(child.CHILD_ENV)
+    streams = child.standard_streams()
     # Move everything imported so far out of the collector's reach: a forked child's collections
     # would otherwise write to (and so copy) every page holding a tracked object.
     gc.freeze()
-    # The host sets the string-hash seed (PYTHONHASHSEED) for every jail alike: say which one
-    # took effect, for the results' environment.
     write_frame(ctl_out, {"ready": True, "python": sys.version.split()[0], "pid": os.getpid(),
-                          "hash_seed": os.environ.get("PYTHONHASHSEED", "random")})
+                          "hash_seed": hash_seed})
     while True:
         try:
             # Forked after the last run's tree is gone and its buffers are zeroed; the
             # candidate is in its cgroup (if it has one) before the host sends the request.
-            spares = fork_spares()
+            spares = fork_spares(streams)
             write_frame(ctl_out, {"spare": spares.candidate_pid})
             req = read_frame(ctl_in)
             if req is None:

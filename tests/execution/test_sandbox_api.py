@@ -26,6 +26,38 @@ def test_run_many_passes_each_stdin(sandbox):
     assert [r.stdout for r in results] == ["cba\n", "zyx\n"]
 
 
+PROBE_STATE = """
+import json, os, sys
+streams = [(s.seekable(), s.encoding, s.errors, s.line_buffering)
+           for s in (sys.stdin, sys.stdout, sys.stderr)]
+print(json.dumps({"env": dict(os.environ), "streams": streams, "stdin": sys.stdin.read()}))
+"""
+LEAVE_STATE = """
+import os, sys
+os.environ["LEFT_BEHIND"] = "1"
+sys.stdout.reconfigure(encoding="latin-1")
+sys.stderr.write("unflushed")
+"""
+
+
+def test_every_run_starts_from_the_same_environment_and_streams(sandbox):
+    """The environment and the standard streams come from the server, built once: each run gets
+    them unused (nothing an earlier run changed), and they are what a fresh interpreter on pipes
+    has (not seekable, utf-8)."""
+    first = sandbox.run(PROBE_STATE, stdin="in")
+    assert sandbox.run(LEAVE_STATE).status is ExecStatus.OK
+    again = sandbox.run(PROBE_STATE, stdin="in")
+    assert first.stdout == again.stdout and again.stderr == ""
+    state = json.loads(again.stdout)
+    assert state["env"] == {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work",
+                            "TMPDIR": "/work", "LANG": "C.UTF-8",
+                            "PYTHONDONTWRITEBYTECODE": "1"}
+    assert state["streams"] == [[False, "utf-8", "replace", False],
+                                [False, "utf-8", "backslashreplace", False],
+                                [False, "utf-8", "backslashreplace", True]]
+    assert state["stdin"] == "in"
+
+
 def test_check_gives_per_test_outcomes_for_partial_credit(sandbox):
     result = sandbox.check("def add(a, b):\n    return a + b\n", ADD_TESTS)
     assert [o.outcome for o in result.outcomes] == ["passed", "passed", "failed"]
