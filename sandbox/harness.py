@@ -34,6 +34,9 @@ reply, which are raw bytes. Before each request the server sends {"spare": pid}:
 candidate's pid in the jail, in the run's cgroup before the host sends the request (see
 `fork_spares`). Byte strings (stdin, stdout, stderr) travel as latin-1 text.
 
+The control channel is our stdin and stdout, or a unix socket the host listens on
+(`--control-socket PATH`, see `control_channel`).
+
 Started as `harness.py --join-cgroup FD,...` (the local backend on cgroup v1), the server holds
 fds of the execution cgroup's `tasks` files, opened by the host as root: each candidate writes
 "0" to them, joining the group itself, before it does anything else, and closes them (no
@@ -96,14 +99,16 @@ def _report_buffer():
 REPORT_BUFFER = _report_buffer()
 
 
-def _join_fds():
-    """The fds of the execution cgroup's `tasks` files that the host passed (module doc)."""
-    if sys.argv[1:2] == ["--join-cgroup"]:
-        return tuple(int(fd) for fd in sys.argv[2].split(","))
-    return ()
+def _option(name):
+    """The command-line value after `name`, or None."""
+    args = sys.argv[1:]
+    return args[args.index(name) + 1] if name in args[:-1] else None
 
 
-JOIN_FDS = _join_fds()
+# The fds of the execution cgroup's `tasks` files that the host passed (module doc).
+JOIN_FDS = tuple(int(fd) for fd in (_option("--join-cgroup") or "").split(",") if fd)
+# A unix socket the host listens on for our control channel (`control_channel`).
+CONTROL_SOCKET = _option("--control-socket")
 
 
 class ProtocolError(Exception):
@@ -252,6 +257,28 @@ def _finish(run, wall_s, limits):
     }
 
 
+def control_channel():
+    """Our ends of the host's control channel, (read fd, write fd), off fds 0-2 (which become
+    /dev/null; every child closes these: install_fds). With `--control-socket PATH` (the Docker
+    backend, when its engine runs on the host's machine) it is a unix socket the host listens
+    on, bound into the container: the frames then skip the engine's attach relay (dockerd and
+    containerd-shim copying each one). Where we cannot connect (an engine that does not share
+    the host's files), it is our stdin and stdout, as without the option: the host reads our
+    ready frame there."""
+    if CONTROL_SOCKET:
+        import socket  # only here: no other server needs it loaded
+
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(CONTROL_SOCKET)
+                fd = sock.detach()
+            return fd, os.dup(fd)
+        except OSError as e:
+            print(f"harness: cannot connect to {CONTROL_SOCKET} ({e}): control over stdin/stdout",
+                  file=sys.stderr, flush=True)
+    return os.dup(0), os.dup(1)
+
+
 def main():
     # Signals from inside the namespace reach PID 1 only where it installed a handler: drop
     # Python's SIGINT handler so that no candidate can interrupt the server.
@@ -259,9 +286,7 @@ def main():
     # Not dumpable: no candidate (same uid) may ptrace the server or the grader (which inherits
     # this) or read their memory or fds.
     child.prctl(child.PR_SET_DUMPABLE, 0)
-    # Keep the control channel off fds 0-2; every child closes it (install_fds).
-    ctl_in = os.dup(0)
-    ctl_out = os.dup(1)
+    ctl_in, ctl_out = control_channel()
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1):
         os.dup2(devnull, fd)
