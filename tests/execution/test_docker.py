@@ -23,6 +23,7 @@ while time.process_time() - start < 0.8:
     pass
 print("done")
 """
+SQUARE = TestSuite(asserts=("assert f(2) == 4", "assert f(3) == 9"))
 
 
 def throttled_periods(container) -> int | None:
@@ -61,8 +62,7 @@ def test_the_harness_never_gets_the_container_throttled():
         # a candidate using its whole CPU while the harness polls its CPU time, then short
         # checks back to back (forks, exits and the grader beside the candidate)
         busy = sb.run(BUSY)
-        suite = TestSuite(asserts=("assert f(2) == 4", "assert f(3) == 9"))
-        checks = [sb.check("def f(x):\n    return x * x\n", suite) for _ in range(60)]
+        checks = [sb.check("def f(x):\n    return x * x\n", SQUARE) for _ in range(60)]
         after = throttled_periods(container)
         client.close()
     assert busy.status is ExecStatus.OK and busy.stdout == "done\n"
@@ -84,7 +84,6 @@ try:
 except OSError as e:
     print(type(e).__name__)
 """
-SQUARE = TestSuite(asserts=("assert f(2) == 4", "assert f(3) == 9"))
 
 
 def worker() -> DockerWorker:
