@@ -13,7 +13,7 @@ one run:
   frame-4shot-aug  frame-4shot with 8 augmented inputs per proposal (admission.augment_inputs)
   frame-4shot-aug-minp  the same at temperature 1.2 with min-p 0.1 (SamplingParams.min_p: the
             tokens under a tenth of the likeliest one's probability are cut, so a hotter
-            temperature spreads over plausible tokens only): make run's generator decoding
+            temperature spreads over plausible tokens only)
 For each: outputs, admitted (with a 95% Wilson interval), tokens per output, seconds, and the
 most common rejection reasons. Admission is the run's own (tasks/admission.py, local sandbox).
 
