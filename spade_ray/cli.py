@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -149,12 +150,16 @@ def _trace(args: argparse.Namespace) -> int:
         raise ValueError(f"no trace at {db}: give a run directory (runs/NAME)")
     if args.what in ("candidates", "sql") and not args.arg:
         raise ValueError(f"trace {args.what} needs an argument")
-    rows, columns = {
-        "summary": lambda: query.summary(db),
-        "tasks": lambda: query.list_tasks(db),
-        "candidates": lambda: query.list_candidates(db, args.arg),
-        "sql": lambda: query.run_sql(db, args.arg),
-    }[args.what]()
+    try:
+        rows, columns = {
+            "summary": lambda: query.summary(db),
+            "tasks": lambda: query.list_tasks(db),
+            "candidates": lambda: query.list_candidates(db, args.arg),
+            "sql": lambda: query.run_sql(db, args.arg),
+        }[args.what]()
+    except sqlite3.Error as e:  # a query that does not run (or writes): say why, and on what
+        raise ValueError(f"trace {args.what}: {e} (read-only; the trace's tables: "
+                         f"{', '.join(query.table_names(db))})") from e
     print(query.format_table(rows, columns))
     return 0
 

@@ -88,6 +88,19 @@ def test_trace_of_a_missing_run_is_a_named_error(tmp_path):
     assert out.returncode == 2 and "no trace at" in out.stderr
 
 
+@pytest.mark.parametrize("sql, problem", [("SELECT * FROM generator_outputs", "no such table"),
+                                          ("DELETE FROM tasks", "readonly")])
+def test_a_trace_query_that_cannot_run_is_a_named_error(tmp_path, sql, problem):
+    from spade_ray.tracking import TraceStore
+
+    with TraceStore(tmp_path / "trace.sqlite", "run"):
+        pass
+    out = cli("trace", tmp_path, "sql", sql)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert problem in out.stderr and "the trace's tables: " in out.stderr
+    assert "candidates" in out.stderr and "tasks" in out.stderr
+
+
 def test_report_writes_the_page_of_a_run(tmp_path):
     from spade_ray.records import to_dict
     from tests.tracking import factories as f

@@ -128,6 +128,12 @@ def run_sql(db: str | Path, sql: str, params: Sequence[Any] | dict[str, Any] = (
         conn.close()
 
 
+def table_names(db: str | Path) -> list[str]:
+    """The trace's tables, for an error message that says what a query may read."""
+    rows, _ = run_sql(db, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+    return [name for (name,) in rows]
+
+
 def summary(db: str | Path, run_id: str | None = None) -> tuple[Rows, list[str]]:
     """One row per (run, round): completed?, versions, and how many of each record."""
     return run_sql(db, _SUMMARY, {"run_id": run_id})
