@@ -4,13 +4,12 @@ channel (a unix socket bound into the container on a local engine, else the atta
 import os
 import socket
 import tempfile
-from pathlib import Path
 
 import docker
 import pytest
 
 from spade_ray.execution import BackendUnavailable, docker_backend
-from spade_ray.execution.docker_backend import LABEL, DockerWorker
+from spade_ray.execution.docker_backend import LABEL, DockerWorker, host_cgroup_dir
 from spade_ray.records import ExecStatus, TestSuite
 from tests.conftest import TEST_LIMITS, open_sandbox
 
@@ -30,24 +29,11 @@ def throttled_periods(container) -> int | None:
     """nr_throttled of the container's CPU cgroup as this host sees it (None: a remote engine or
     a cgroup namespace hiding the path)."""
     container.reload()
-    try:
-        lines = Path(f"/proc/{container.attrs['State']['Pid']}/cgroup").read_text().splitlines()
-    except OSError:
+    directory = host_cgroup_dir(container.attrs["State"]["Pid"], container.id, "cpu")
+    if directory is None or not (directory / "cpu.stat").is_file():
         return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if container.id not in path:
-            continue
-        if "cpu" in controllers.split(","):
-            stat = Path("/sys/fs/cgroup/cpu", path.lstrip("/"), "cpu.stat")
-        elif controllers == "":
-            stat = Path("/sys/fs/cgroup", path.lstrip("/"), "cpu.stat")
-        else:
-            continue
-        if stat.is_file():
-            fields = dict(line.split() for line in stat.read_text().splitlines())
-            return int(fields["nr_throttled"])
-    return None
+    fields = dict(line.split() for line in (directory / "cpu.stat").read_text().splitlines())
+    return int(fields["nr_throttled"])
 
 
 def test_the_harness_never_gets_the_container_throttled():
@@ -103,6 +89,15 @@ def assert_it_works(w: DockerWorker) -> None:
     assert echo.stdout == "cba\n"
 
 
+def assert_a_worker_works_on_attach() -> None:
+    w = worker()
+    try:
+        assert w.channel == "attach"
+        assert_it_works(w)
+    finally:
+        w.close()
+
+
 def control_dirs() -> set[str]:
     return {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("spade-ray-control-")}
 
@@ -132,12 +127,7 @@ def test_a_harness_that_cannot_connect_answers_on_attach(monkeypatch):
         self.name += "-missing"
 
     monkeypatch.setattr(docker_backend.ControlSocket, "__init__", elsewhere)
-    w = worker()
-    try:
-        assert w.channel == "attach"
-        assert_it_works(w)
-    finally:
-        w.close()
+    assert_a_worker_works_on_attach()
 
 
 def test_an_engine_that_cannot_see_our_directory_gets_attach(monkeypatch):
@@ -152,12 +142,7 @@ def test_an_engine_that_cannot_see_our_directory_gets_attach(monkeypatch):
 
     monkeypatch.setattr(docker_backend.ControlSocket, "__init__", elsewhere)
     try:
-        w = worker()
-        try:
-            assert w.channel == "attach"
-            assert_it_works(w)
-        finally:
-            w.close()
+        assert_a_worker_works_on_attach()
     finally:
         for path in unseen:  # what the engine made, and ours (close removed the other)
             for made_dir in (path, path.removesuffix("-unseen")):
@@ -169,9 +154,4 @@ def test_a_stranger_on_the_control_socket_is_refused(monkeypatch):
     """A peer that is not the container's first process never gets a frame: the container is
     replaced by one on the attach stream."""
     monkeypatch.setattr(docker_backend, "peer_pid", lambda conn: -1)
-    w = worker()
-    try:
-        assert w.channel == "attach"
-        assert_it_works(w)
-    finally:
-        w.close()
+    assert_a_worker_works_on_attach()
