@@ -93,7 +93,7 @@ def main() -> int:
     # The last round's items were never trained on by the run (it ended): left out here too.
     rounds = [read_jsonl(f) for f in files[:-1]]
     heldout = [(p.prompt, p.canonical_solution)
-               for p in load_problems(validation.problems or None, seed=loop.seed)]
+               for p in validation.load(loop.seed)]
     final = [(p.prompt, p.canonical_solution) for p in load_problems(args.problems)]
     print(f"{args.run_dir}: {sum(map(len, rounds))} items over {len(rounds)} rounds, model "
           f"{model}, gate texts {len(heldout)}, final texts {len(final)}")

@@ -52,7 +52,7 @@ from types import SimpleNamespace
 from learning_result import wilson  # bench/ is on the path when this file runs
 from omegaconf import OmegaConf
 
-from spade_ray.config import SftWarmup, validate_learner
+from spade_ray.config import SftWarmup, validate_learner, validate_validation
 from spade_ray.evaluation.humaneval import load_problems
 from spade_ray.execution import Sandbox
 from spade_ray.learner.learner import Learner
@@ -126,7 +126,7 @@ def warm_start(model, seeds, epochs, backend, version: int,
                                          [Role(r) for r in config.roles], run.loop.seed)
     # the held-out texts of make run's log-prob gate: would the run have kept this warm start?
     heldout = [(p.prompt, p.canonical_solution)
-               for p in load_problems(run.validation.problems, seed=run.loop.seed)]
+               for p in validate_validation(run.validation).load(run.loop.seed)]
     learner = Learner(resolve_model(model), params)
     before = learner.mean_token_logp(heldout)
     stats = learner.sft(demonstrations, config.epochs, config.lr_scale, run.loop.seed)

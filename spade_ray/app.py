@@ -87,9 +87,7 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
             admission = admission_config(loop_cfg)
             seeds = tuple(load_seed_tasks(executor, limits, admission))
             templates = load_prompts(model.prompts)
-            problems = tuple(humaneval.load_problems(validation.problems or None,
-                                                     seed=loop_cfg.seed)
-                             if validation.problems else [])
+            problems = tuple(validation.load(loop_cfg.seed))
             solver_sampling = dataclasses.replace(role_sampling(model.roles["solver"]),
                                                   n=loop_cfg.candidates)
             the_run = loop.Run(

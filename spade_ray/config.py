@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from spade_ray.evaluation.humaneval import HumanEvalProblem, load_problems
 from spade_ray.execution.executor import Placement
 from spade_ray.preferences.generator import GeneratorReward
 from spade_ray.records import (
@@ -113,9 +114,18 @@ class LoopConfig:
 
 @dataclasses.dataclass
 class ValidationConfig:
-    problems: int = 8  # HumanEval subset per round; 164 = all
+    problems: int = 8  # HumanEval subset per round; 164 = all (of `tiers`); 0 = no validation
     samples_per_problem: int = 1
     max_tokens: int = 256
+    # draw the subset from these tiers only (humaneval.TIERS: easy, medium, hard); empty: all
+    tiers: list[str] = dataclasses.field(default_factory=list)
+
+    def load(self, seed: int) -> list[HumanEvalProblem]:
+        """The run's fixed validation problems: `problems` of `tiers`, chosen by `seed`."""
+        if not self.problems:
+            return []
+        pool = len(load_problems(tiers=self.tiers))
+        return load_problems(self.problems if self.problems < pool else None, seed, self.tiers)
 
 
 @dataclasses.dataclass
@@ -263,8 +273,13 @@ def _typed(cls: type, values: dict[str, Any], where: str) -> Any:
 def validate_validation(cfg: DictConfig | dict) -> ValidationConfig:
     merged = OmegaConf.merge(OmegaConf.structured(ValidationConfig), cfg)
     validation: ValidationConfig = OmegaConf.to_object(merged)
-    if not 0 <= validation.problems <= 164:
-        raise ValueError(f"validation.problems must be 0..164, got {validation.problems}")
+    try:
+        pool = len(load_problems(tiers=validation.tiers))
+    except ValueError as e:
+        raise ValueError(f"validation.tiers: {e}") from None
+    if not 0 <= validation.problems <= pool:
+        raise ValueError(f"validation.problems must be 0..{pool} (the problems of tiers "
+                         f"{validation.tiers or 'all'}), got {validation.problems}")
     return validation
 
 

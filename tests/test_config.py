@@ -13,6 +13,7 @@ from spade_ray.config import (
     validate_learner,
     validate_loop,
     validate_model,
+    validate_validation,
 )
 from spade_ray.preferences.generator import GeneratorReward
 from spade_ray.records import TaskFamily
@@ -80,6 +81,29 @@ def test_a_bad_learner_setting_is_named(field, value):
     # ranks=2 without deepspeed_config: the plain torch engine trains one rank
     with pytest.raises(ValueError, match=field if field != "name" else "learner='rloo'"):
         validate_learner({"name": "dpo", field: value})
+
+
+@pytest.mark.parametrize("validation, message", [
+    ({"tiers": ["trivial"]}, r"validation.tiers: unknown validation tiers \['trivial'\]"),
+    ({"problems": 58, "tiers": ["easy"]}, r"validation.problems must be 0..57 \(the problems "
+                                           r"of tiers \['easy'\]\), got 58"),
+    ({"problems": 165}, "validation.problems must be 0..164"),
+])
+def test_a_bad_validation_setting_is_named(validation, message):
+    with pytest.raises(ValueError, match=message):
+        validate_validation(validation)
+
+
+def test_the_validation_set_is_drawn_from_its_tiers_and_fixed_by_the_seed():
+    easy = validate_validation({"problems": 16, "tiers": ["easy"]})
+    problems = easy.load(seed=0)
+    assert len(problems) == 16 and {p.tier for p in problems} == {"easy"}
+    assert problems == easy.load(seed=0) and problems != easy.load(seed=1)
+    assert len(validate_validation({"problems": 57, "tiers": ["easy"]}).load(0)) == 57
+    assert validate_validation({"problems": 0}).load(0) == []
+    # without tiers, the subset a seed picks is the one runs before tiers existed validated on
+    assert [p.task_id for p in validate_validation({"problems": 4}).load(0)] == [
+        "HumanEval/10", "HumanEval/66", "HumanEval/98", "HumanEval/107"]
 
 
 def test_a_misspelt_learner_parameter_is_refused_before_anything_starts():

