@@ -26,6 +26,7 @@ from spade_ray.config import (
     LoopConfig,
     ModelConfig,
     SandboxConfig,
+    ValidationConfig,
     admission_config,
     control_config,
     role_sampling,
@@ -171,16 +172,19 @@ def start_trainer(cluster: Cluster, model: ModelConfig, learner: LearnerConfig,
                          [(p.prompt, p.canonical_solution) for p in problems], max_staleness)
 
 
-def evaluate_model(model: str, problems: int, samples: int, max_tokens: int
-                   ) -> humaneval.ValidationResult:
-    """`spade-ray eval`: HumanEval through the sandbox, with the hf backend on this machine."""
+def evaluate_model(model: str, validation: ValidationConfig
+                   ) -> tuple[humaneval.ValidationResult, list[humaneval.HumanEvalProblem]]:
+    """`spade-ray eval`: HumanEval through the sandbox, with the hf backend on this machine; the
+    result and the problems it was measured on."""
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
     spec = RoleSpec("solver", "hf", model, cpus_per_engine=float(os.cpu_count() or 1))
-    sampling = dataclasses.replace(humaneval.default_sampling(samples), max_tokens=max_tokens)
+    samples = validation.samples_per_problem
+    sampling = dataclasses.replace(humaneval.default_sampling(samples),
+                                   max_tokens=validation.max_tokens)
+    problems = validation.load(seed=0)
     with Cluster([spec]) as cluster, Sandbox("local", Limits(timeout_s=10, cpu_s=10)) as box:
-        return humaneval.evaluate(stages.complete(cluster["solver"]), box,
-                                  humaneval.load_problems(problems if problems < 164 else None),
+        return humaneval.evaluate(stages.complete(cluster["solver"]), box, problems,
                                   samples_per_problem=samples,
                                   ks=tuple(k for k in (1, 10, 100) if k <= samples),
-                                  sampling=sampling)
+                                  sampling=sampling), problems

@@ -1,7 +1,7 @@
 """`spade-ray` command line.
 
     spade-ray run [HYDRA OVERRIDES...]          the self-play loop (a Hydra app: -m sweeps)
-    spade-ray eval [--problems N] [--model M]   HumanEval pass@1 through the sandbox
+    spade-ray eval [--problems N] [--tiers T] [--model M]   HumanEval pass@1 via the sandbox
     spade-ray trace RUN_DIR [summary|tasks|candidates TASK_ID|sql QUERY]
     spade-ray diagnose RUN_DIR [--recheck N] [--backend local|docker] [--run-id ID] [--json]
     spade-ray report RUN_DIR [--out FILE]      the run as one HTML page (RUN_DIR/report.html)
@@ -47,7 +47,10 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("run", help="run self-play rounds (Hydra overrides follow)")
     evaluate = commands.add_parser("eval", help="HumanEval pass@1 of a model via the sandbox")
     evaluate.add_argument("--model", default="gemma3-270m", help="tiny, gemma3-270m or a path")
-    evaluate.add_argument("--problems", type=int, default=164, help="subset size (164 = all)")
+    evaluate.add_argument("--problems", type=int, default=164,
+                          help="subset size (164 = all of the tiers)")
+    evaluate.add_argument("--tiers", default="",
+                          help="only these tiers, e.g. easy or easy,medium (default: all)")
     evaluate.add_argument("--samples", type=int, default=1, help="samples per problem (pass@k)")
     evaluate.add_argument("--max-tokens", type=int, default=256)
     evaluate.set_defaults(handler=_eval)
@@ -134,11 +137,19 @@ def _check(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from spade_ray.app import evaluate_model
+    from spade_ray.config import validate_validation
+    from spade_ray.evaluation.humaneval import pass_at_1_by_tier
 
-    result = evaluate_model(args.model, args.problems, args.samples, args.max_tokens)
+    tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]
+    validation = validate_validation({"problems": args.problems, "tiers": tiers,
+                                      "samples_per_problem": args.samples,
+                                      "max_tokens": args.max_tokens})
+    result, problems = evaluate_model(args.model, validation)
     ks = ", ".join(f"pass@{k} {v:.3f}" for k, v in sorted(result.pass_at_k.items()))
+    by_tier = ", ".join(f"{tier} {rate:.3f}" for tier, rate in pass_at_1_by_tier(result, problems))
     print(f"HumanEval {result.problems} problems x{result.samples_per_problem}: {ks} "
-          f"(generate {result.generate_s:.0f} s, check {result.check_s:.1f} s)")
+          f"(pass@1 by tier: {by_tier}; generate {result.generate_s:.0f} s, "
+          f"check {result.check_s:.1f} s)")
     return 0
 
 

@@ -78,9 +78,19 @@ def test_exec_on_the_docker_backend(tmp_path):
 
 @pytest.mark.slow  # a model, HumanEval and a Ray cluster: ~20-30 s
 def test_eval_reports_humaneval_pass_at_1_through_the_sandbox():
-    out = cli("eval", "--model", "tiny", "--problems", "2", "--max-tokens", "8")
+    out = cli("eval", "--model", "tiny", "--problems", "2", "--tiers", "easy", "--max-tokens", "8")
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "HumanEval 2 problems x1: pass@1 0.000" in out.stdout  # a random model passes none
+    # a random model passes none
+    assert "HumanEval 2 problems x1: pass@1 0.000 (pass@1 by tier: easy 0.000;" in out.stdout
+
+
+@pytest.mark.parametrize("args, problem", [(["--tiers", "easy,trivial"], "unknown validation "
+                                            "tiers ['trivial']"),
+                                           (["--tiers", "hard", "--problems", "48"],
+                                            "validation.problems must be 0..47")])
+def test_eval_with_a_bad_subset_is_a_named_error(args, problem):
+    out = cli("eval", "--model", "tiny", *args)
+    assert out.returncode == 2 and problem in out.stderr and "Traceback" not in out.stderr
 
 
 def test_trace_of_a_missing_run_is_a_named_error(tmp_path):
