@@ -14,8 +14,9 @@ recursion limit.
 Only those exact types cross: a subclass (an int that equals anything), an object with its own
 `__eq__`, a generator or a numpy scalar is `NotPlainData`, which the grader scores as a wrong
 answer. `same()` is the grader's comparison: types must match exactly (True is not 1, 1 is not
-1.0), floats compare exactly unless a tolerance is given (then `math.isclose` with it as both
-the relative and the absolute tolerance), NaN equals NaN, and -0.0 equals 0.0.
+1.0, and so in set items and dict keys too), floats compare exactly unless a tolerance is given
+(then `math.isclose` with it as both the relative and the absolute tolerance; not for floats
+inside set items or dict keys, which are exact), NaN equals NaN, and -0.0 equals 0.0.
 """
 
 import json
@@ -132,12 +133,30 @@ def same(a, b, tolerance: float = 0.0) -> bool:
             stack.extend(zip(x, y))
         elif type(x) is dict:
             # Typed keys: 1 and True are one key to Python but different data.
-            if {(type(k), k) for k in x} != {(type(k), k) for k in y}:
+            if {_typed(k) for k in x} != {_typed(k) for k in y}:
                 return False
             stack.extend((x[k], y[k]) for k in x)
-        elif x != y:  # None, bool, int, str, bytes, and sets (whose items are hashable scalars)
+        elif type(x) in (set, frozenset):
+            if {_typed(i) for i in x} != {_typed(i) for i in y}:
+                return False
+        elif x != y:  # None, bool, int, str, bytes
             return False
     return True
+
+
+def _typed(value):
+    """A hashable item (a set's, or a dict key) with every type spelt out, for exact-type
+    comparison of sets: `{True, 2.0} == {1, 2}` in Python, but not as data. Floats compare
+    exactly here, whatever the tolerance (NaN equals NaN, -0.0 equals 0.0). Recursive, but only
+    as deep as the value's tuples and frozensets: `decode` caps that at MAX_DEPTH."""
+    kind = type(value)
+    if kind is float and math.isnan(value):
+        return (float, "nan")
+    if kind is tuple:
+        return (tuple, tuple(_typed(v) for v in value))
+    if kind is frozenset:
+        return (frozenset, frozenset(_typed(v) for v in value))
+    return (kind, value)
 
 
 def _same_float(x: float, y: float, tolerance: float) -> bool:
@@ -149,7 +168,7 @@ def _same_float(x: float, y: float, tolerance: float) -> bool:
 
 
 def _count(body: str) -> int:
-    if not body.isdigit() or len(body) > 7:
+    if not (body.isascii() and body.isdigit()) or len(body) > 7:  # "²" is a digit to isdigit
         raise NotPlainData(f"bad container size {body[:20]!r}")
     return int(body)
 

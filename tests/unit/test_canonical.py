@@ -45,7 +45,8 @@ def test_a_cycle_is_refused_not_followed_forever():
 @pytest.mark.parametrize("text", ["", "[", "[" * 100_000, "{}", "[]", '["L2","i1"]',
                                   '["i1","i2"]', '["S1","L0"]', '["x"]', '["i"]', '["i-"]',
                                   '["i12g"]', '["f1.5zz"]', '["L99999999"]', '[1]', '["D1","i1"]',
-                                  '[' + '"L1",' * 70 + '"N"]'],
+                                  '[' + '"L1",' * 70 + '"N"]', '["L\u00b2","i1","i2"]',
+                                  '["D\u0663","i1","i2"]'],
                          ids=lambda t: t[:30])
 def test_malformed_text_is_refused_without_recursion(text):
     with pytest.raises(NotPlainData):
@@ -56,6 +57,24 @@ def test_malformed_text_is_refused_without_recursion(text):
                                   ("1", 1), (b"a", "a"), ({1}, frozenset({1})), (None, 0)])
 def test_same_requires_the_same_types(a, b):
     assert not same(a, b)
+
+
+# Set items and dict keys are compared by Python as hash-equal: `{True, 2.0} == {1, 2}`.
+@pytest.mark.parametrize("a, b", [({True, 2.0, 3}, {1, 2, 3}), ({(1, 2): 5}, {(True, 2.0): 5}),
+                                  (frozenset({0.5, 2}), frozenset({0.5, 2.0})),
+                                  ({frozenset({1})}, {frozenset({True})}),
+                                  ({(1, (2, "a"))}, {(1, (2.0, "a"))}), ({1, 2}, {1, 2, 3})])
+def test_set_items_and_dict_keys_keep_their_types(a, b):
+    assert not same(a, b) and not same(b, a)
+
+
+def test_equal_sets_are_the_same_whatever_their_order_or_nans():
+    nan = float("nan")
+    assert same({3, 2, 1}, {1, 2, 3})
+    assert same({frozenset({1, (2, "a")})}, {frozenset({(2, "a"), 1})})
+    assert same({nan, 1.5}, {float("nan"), 1.5})  # NaN equals NaN, as elsewhere
+    assert same({-0.0}, {0.0}) and same({(1, 2): {3}}, {(1, 2): {3}})
+    assert not same({1.0}, {1.0 + 1e-12}, tolerance=1e-6)  # set items stay exact
 
 
 def test_same_compares_floats_exactly_unless_a_tolerance_is_given():
