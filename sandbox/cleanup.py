@@ -1,28 +1,45 @@
 """What the jail's server does after every run, so that nothing persists into the next one.
 
-Standard library only. Neither can be broken by what a candidate left: the working directory is
-emptied without recursion and without long paths, whatever its depth, names or permissions,
-and SysV IPC objects (which outlive their process and its memory limit; the seccomp filter
-already refuses creating them) are removed. Each returns an error in words, or None: the server
-reports it and the host recycles the jail, and the run's own result stands.
+Standard library only. None of it can be broken by what a candidate left: the working directory
+is emptied without recursion and without long paths, whatever its depth, names or permissions,
+and its extended attributes (a default ACL would deny every later run its own files) are put
+back as they were; SysV IPC objects (which outlive their process and its memory limit; the
+seccomp filter already refuses creating them) are removed; and the server checks that its own
+limits and scheduling, which every later run inherits, are as they were (a candidate runs as
+the server's uid: the seccomp filter refuses it calls that name another process, and this
+catches what a jail without the filter lets through). Each returns an error in words, or None:
+the server reports it and the host recycles the jail, and the run's own result stands.
 """
 
 import ctypes
 import os
+import resource
 import stat
 
 IPC_RMID = 0
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def clear_work_dir(work_dir):
-    """Empty the working directory; returns an error (the host then recycles the jail) or None.
+def work_dir_attributes(work_dir):
+    """The working directory's extended attributes, name -> value (what `clear_work_dir` puts
+    back)."""
+    return {name: os.getxattr(work_dir, name) for name in os.listxattr(work_dir)}
+
+
+def clear_work_dir(work_dir, attributes):
+    """Empty the working directory and give it back `attributes` (its extended attributes, from
+    `work_dir_attributes`); returns an error (the host then recycles the jail) or None.
 
     No recursion and no long paths, so no directory shape breaks it: subdirectories are moved up
     to the top level one level at a time (rename within one tmpfs) and each level is emptied
     through a directory fd, with permissions restored first."""
     try:
         os.chmod(work_dir, 0o700)  # ours (uid 65534): a candidate may have taken our access
+        for name in os.listxattr(work_dir):  # ACLs (system.posix_acl_*) and user.* data
+            if name not in attributes:
+                os.removexattr(work_dir, name)
+        for name, value in attributes.items():
+            os.setxattr(work_dir, name, value)
         top = os.open(work_dir, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
         return f"{type(e).__name__}: {e}"
@@ -58,6 +75,25 @@ def _empty_entry(top, name, moved):
         os.close(sub)
     os.rmdir(name, dir_fd=top)
     return moved
+
+
+RLIMITS = sorted(getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_"))
+
+
+def process_state():
+    """What another process of our uid could change about this one and every later run would
+    inherit: resource limits, nice value, CPU affinity, scheduling policy."""
+    return {"rlimits": [resource.getrlimit(r) for r in RLIMITS],
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "affinity": sorted(os.sched_getaffinity(0)),
+            "scheduler": os.sched_getscheduler(0)}
+
+
+def state_changed(baseline):
+    """An error naming what differs from `baseline` (`process_state()` at start), or None."""
+    now = process_state()
+    changed = [key for key in baseline if now[key] != baseline[key]]
+    return f"the server's {', '.join(changed)} changed during the run" if changed else None
 
 
 def remove_ipc_objects():

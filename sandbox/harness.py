@@ -97,6 +97,9 @@ def _report_buffer():
 
 
 REPORT_BUFFER = _report_buffer()
+# What cleanup.py puts back, or checks, after every run: as they are before the first one.
+WORK_DIR_ATTRIBUTES = cleanup.work_dir_attributes(WORK_DIR)
+SERVER_STATE = cleanup.process_state()
 
 
 def _option(name):
@@ -239,7 +242,8 @@ def _finish(run, wall_s, limits):
     out = bytes(run.out[:cap])
     err = bytes(run.err[: max(0, cap - len(out))])
     survivors = pump.live_pids()
-    cleanup_error = cleanup.clear_work_dir(WORK_DIR) or cleanup.remove_ipc_objects()
+    cleanup_error = (cleanup.clear_work_dir(WORK_DIR, WORK_DIR_ATTRIBUTES)
+                     or cleanup.remove_ipc_objects() or cleanup.state_changed(SERVER_STATE))
     return {
         "exit_code": os.waitstatus_to_exitcode(run.status) if run.status is not None else None,
         "stdout": out.decode("latin-1"),

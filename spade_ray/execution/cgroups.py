@@ -85,6 +85,7 @@ class ExecCgroup:
         self._fds: dict[tuple[str, str, int], int] = {}
         self._peak_fd: int | None = None
         self._baseline = (0.0, 0, 0)
+        self._memory_base = 0
         try:
             self._apply(limits)
         except OSError:
@@ -105,6 +106,11 @@ class ExecCgroup:
         else:
             self._reset_v2_peak()
         self._baseline = self._counters()
+        # What the group is charged for before the run: kernel memory and page cache that
+        # earlier runs' processes left (dentries of a million failed stats, files read), which
+        # outlives them and would count in this run's peak.
+        self._memory_base = int(self._read("memory", "memory.current" if self.version == "v2"
+                                           else "memory.usage_in_bytes"))
 
     def _reset_v2_peak(self) -> None:
         path = self.dirs["memory"] / "memory.peak"
@@ -157,14 +163,15 @@ class ExecCgroup:
                 int(self._read("memory", "memory.failcnt")))
 
     def stats(self) -> tuple[float, float, bool, bool]:
-        """Since begin(): (peak memory MB, CPU seconds, whether the OOM killer fired, whether
-        usage hit the memory limit: memory.failcnt on v1, memory.events' `max` on v2)."""
+        """Since begin(): (peak memory MB above what the group held at the start, CPU seconds,
+        whether the OOM killer fired, whether usage hit the memory limit: memory.failcnt on v1,
+        memory.events' `max` on v2)."""
         cpu_s, oom, hits = (now - then for now, then in zip(self._counters(), self._baseline))
         if self.version == "v2":
             peak = int(os.pread(self._peak_fd, 64, 0)) if self._peak_fd is not None else 0
         else:
             peak = int(self._read("memory", "memory.max_usage_in_bytes"))
-        return peak / 2**20, cpu_s, oom > 0, hits > 0
+        return max(0, peak - self._memory_base) / 2**20, cpu_s, oom > 0, hits > 0
 
     def pids(self) -> list[int]:
         return [int(p) for p in self._read("pids", "cgroup.procs").split()]

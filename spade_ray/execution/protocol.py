@@ -145,8 +145,8 @@ def grader_report(request: Request, reply: dict[str, Any], report: bytes | None
     if request.tests is None:
         return {}
     data = _parse_report(report, request.nonce)
-    suspicion = [s for s in data.pop("suspicion", []) if isinstance(s, str)
-                 and (s != CANDIDATE_ENDED or reply.get("exit_code") == 0)]
+    suspicion = [s for s in data.pop("suspicion", [])
+                 if s != CANDIDATE_ENDED or reply.get("exit_code") == 0]
     grader_exit = reply.get("grader_exit")
     if isinstance(grader_exit, int) and grader_exit < 0:
         suspicion.append(f"the grader was killed by {_signal_name(-grader_exit)} during the run")
@@ -169,7 +169,16 @@ def _parse_report(report: bytes | None, nonce: str) -> dict[str, Any]:
     if not isinstance(outcomes, list) or not all(_is_outcome(o) for o in outcomes):
         return {}
     suspicion = data.get("suspicion")
-    return {"outcomes": outcomes, "suspicion": suspicion if isinstance(suspicion, list) else []}
+    return {"outcomes": [{**o, "name": _text(o["name"]), "message": _text(o["message"])}
+                         for o in outcomes],
+            "suspicion": [_text(s) for s in suspicion if isinstance(s, str)]
+            if isinstance(suspicion, list) else []}
+
+
+def _text(s: str) -> str:
+    """`s` as text that encodes: JSON can carry lone surrogates (`"\\ud800"`), e.g. from a
+    candidate's exception message, and UTF-8 (the trace, W&B, a terminal) refuses them."""
+    return s.encode("utf-8", errors="replace").decode("utf-8")
 
 
 def _signal_name(number: int) -> str:

@@ -1,10 +1,10 @@
 """Compile sandbox/seccomp.json into the classic-BPF program that bwrap's `--seccomp FD` loads.
 
 Why hand-written: libseccomp's Python binding is not on PyPI (only Debian's python3-seccomp,
-tied to the system interpreter), and the filter we need is a deny list plus one flag check, a
-few dozen instructions. The layout follows the kernel's seccomp_filter documentation: check the
-architecture first (a foreign ABI such as i386 or x32 on x86_64 would renumber every syscall),
-then compare the syscall number.
+tied to the system interpreter), and the filter we need is a deny list, a few argument checks
+and one flag check, about a hundred instructions. The layout follows the kernel's seccomp_filter
+documentation: check the architecture first (a foreign ABI such as i386 or x32 on x86_64 would
+renumber every syscall), then compare the syscall number.
 """
 
 from __future__ import annotations
@@ -57,6 +57,14 @@ def compile_filter(machine: str | None = None, profile: Path = PROFILE) -> bytes
     if machine == "x86_64":
         program.append((BPF_JGE_K, "eperm", 0, X32_SYSCALL_BIT))
     program += [(BPF_JEQ_K, "eperm", 0, numbers[name]) for name in spec["deny"]]
+    # A call that names a process by its arguments may name only the caller (arguments 0): the
+    # low word, as the kernel reads these int arguments.
+    for name, indices in spec["self_only"].items():
+        program.append((BPF_JEQ_K, 0, f"not {name}", numbers[name]))
+        for index in indices:
+            program += [(BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 8 * index),
+                        (BPF_JEQ_K, 0, "eperm", 0)]
+        program += [(BPF_RET_K, 0, 0, RET_ALLOW), ("label", f"not {name}")]
     program += [(BPF_JEQ_K, "enosys", 0, numbers["clone3"]),
                 (BPF_JEQ_K, 0, "allow", numbers["clone"]),
                 (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
@@ -93,6 +101,10 @@ def docker_profile(profile: Path = PROFILE) -> str:
     errno_rule = {"action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}
     rules = [{"names": spec["deny"], **errno_rule},
              {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS}]
+    # self_only: one rule per argument that must be 0 (any of them non-zero refuses the call)
+    rules += [{"names": [name], **errno_rule,
+               "args": [{"index": index, "value": 0, "op": "SCMP_CMP_NE"}]}
+              for name, indices in spec["self_only"].items() for index in indices]
     # One rule per flag: a rule's argument conditions must all hold, so "any of these flags"
     # is several rules of "(flags & F) == F".
     for flag in spec["clone_denied_flags"]:

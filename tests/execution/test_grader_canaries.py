@@ -10,6 +10,7 @@ BaseExceptions at every point, trace and profile hooks, frame, gc and memory int
 forging and flooding, attacks on the grader process, and harness-crash attempts.
 """
 
+import dataclasses
 import textwrap
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from spade_ray.evaluation.scoring import score
 from spade_ray.execution.canonical import example
 from spade_ray.records import Candidate, ExecStatus, TestSuite
+from tests.conftest import TEST_LIMITS
 
 ASSERTS = TestSuite(asserts=("assert add(1, 2) == 3", "assert add(-1, 4) == 3",
                              "assert add(10, 5) == 15"))
@@ -467,3 +469,192 @@ def test_io_uring_is_refused(sandbox):
         print(libc.syscall(425, 8, params), ctypes.get_errno())
     """)
     assert sandbox.run(code).stdout.split() == ["-1", "1"]
+
+
+# ------------------------------------------- state a run leaves for the next one on its worker
+
+# What a run inherits from its jail: an honest candidate sees the same before and after any
+# other run, whatever that run tried. It runs as a checked program: its own `add` is correct.
+FINGERPRINT = """
+import os, resource
+os.makedirs("/work/d/e")
+with open("/work/d/e/f", "w") as f:
+    f.write("ok")
+print(sorted((n, resource.getrlimit(getattr(resource, n))) for n in dir(resource)
+             if n.startswith("RLIMIT_")))
+print(os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)),
+      os.sched_getscheduler(0), os.listxattr("/work"), sorted(os.listdir("/work")))
+def add(a, b):
+    return a + b
+"""
+# The server is PID 1 and the grader PID 2 (or the next pids): both run as the candidate's uid.
+# Each attack tries every way it knows and ignores refusals; its `add` is wrong.
+LINGERING = {
+    # limits just under what every child of the server sets itself: each later one would fail
+    "lowers_the_jails_limits": """
+        import os, resource
+        for pid in range(1, 8):
+            for limit, value in ((resource.RLIMIT_NOFILE, 255), (resource.RLIMIT_FSIZE, 4096),
+                                 (resource.RLIMIT_CORE, 0), (resource.RLIMIT_STACK, 1 << 20)):
+                try:
+                    if pid != os.getpid():
+                        resource.prlimit(pid, limit, (value, value))
+                except (OSError, ValueError):
+                    pass
+        def add(a, b):
+            return 0
+    """,
+    # limits the server cannot work under: the run must still be the candidate's failure
+    "crushes_the_jails_limits": """
+        import os, resource
+        for pid in range(1, 8):
+            for limit, value in ((resource.RLIMIT_AS, 1 << 20), (resource.RLIMIT_NPROC, 0),
+                                 (resource.RLIMIT_NOFILE, 3)):
+                try:
+                    if pid != os.getpid():
+                        resource.prlimit(pid, limit, (value, value))
+                except (OSError, ValueError):
+                    pass
+        def add(a, b):
+            return 0
+    """,
+    "takes_the_servers_files_and_cpu": """
+        import os, resource
+        try:
+            fields = open("/proc/1/stat").read().rsplit(")", 1)[1].split()
+            used = (int(fields[11]) + int(fields[12])) // os.sysconf("SC_CLK_TCK")
+            resource.prlimit(1, resource.RLIMIT_CPU, (used, used))
+        except OSError:
+            pass
+        try:
+            resource.prlimit(1, resource.RLIMIT_NOFILE, (0, 0))
+        except OSError:
+            pass
+        def add(a, b):
+            return 0
+    """,
+    "deprioritises_the_jail": """
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        attempts = [
+            lambda: os.setpriority(os.PRIO_PROCESS, 1, 19),
+            lambda: os.setpriority(os.PRIO_PROCESS, 2, 19),
+            lambda: os.setpriority(os.PRIO_PGRP, 0, 19),
+            lambda: os.setpriority(os.PRIO_USER, 0, 19),
+            lambda: os.sched_setaffinity(1, {0}),
+            lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0)),
+            lambda: os.sched_setscheduler(2, os.SCHED_BATCH, os.sched_param(0)),
+            lambda: os.sched_setparam(1, os.sched_param(0)),
+            # ioprio_set(IOPRIO_WHO_USER, 0, idle class): x86_64 251, aarch64 30
+            lambda: libc.syscall(251 if os.uname().machine == "x86_64" else 30, 3, 0, 3 << 13),
+        ]
+        for attempt in attempts:
+            try:
+                attempt()
+            except OSError:
+                pass
+        def add(a, b):
+            return 0
+    """,
+    "marks_the_working_directory": """
+        import os, struct
+        # a default POSIX ACL that gives nobody anything (tags user, group, other), and data
+        acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 0, 0xFFFFFFFF)
+                                              for tag in (0x01, 0x04, 0x20))
+        for name, value in (("system.posix_acl_default", acl), ("system.posix_acl_access", acl),
+                            ("user.spade", b"from a previous run")):
+            try:
+                os.setxattr("/work", name, value)
+            except OSError:
+                pass
+        try:
+            os.chmod("/work", 0o1000)
+        except OSError:
+            pass
+        def add(a, b):
+            return 0
+    """,
+}
+
+
+def fingerprint(sandbox):
+    result = sandbox.check(textwrap.dedent(FINGERPRINT), ASSERTS)
+    assert result.passed, (result.outcomes, result.execution)
+    return result.execution.stdout
+
+
+@pytest.mark.parametrize("attack", LINGERING)
+def test_a_run_cannot_leave_anything_to_the_next(sandbox, attack):
+    before = fingerprint(sandbox)
+    result, s = verdict(sandbox, LINGERING[attack], ASSERTS)
+    assert (s.value, result.passed) == (0.0, False), result.outcomes
+    assert result.execution.status is not ExecStatus.SANDBOX_ERROR, result.execution.detail
+    assert [fingerprint(sandbox) for _ in range(2)] == [before] * 2
+
+
+@pytest.mark.parametrize("attack", LINGERING)
+def test_lingering_attacks_score_zero_on_every_shape(sandbox, attack):
+    for shape in ("check", "examples"):
+        result, s = verdict(sandbox, LINGERING[attack], SHAPES[shape])
+        assert (s.value, result.passed) == (0.0, False), (shape, result.outcomes)
+        assert result.execution.status is not ExecStatus.SANDBOX_ERROR, result.execution.detail
+    assert sandbox.check(CONTROLS["plain"], CHECK).passed
+
+
+def test_memory_a_run_left_charged_does_not_count_in_the_next(sandbox):
+    """Kernel memory outlives its process: failed lookups leave dentries charged to the worker's
+    cgroup (300,000 of them ~58 MB). Peak memory breaks ties between candidates, so it must be
+    the run's own."""
+    honest = [sandbox.check(CONTROLS["plain"], ASSERTS).execution.peak_memory_mb
+              for _ in range(2)]
+    # names no earlier run looked up (a negative dentry stays charged to the group that made it)
+    flood = textwrap.dedent("""
+        import os
+        prefix = os.urandom(8).hex()
+        for n in range(300_000):
+            try:
+                os.stat(f"/usr/lib/{prefix}{n}")
+            except OSError:
+                pass
+    """) + WRONG
+    sandbox.check(flood, ASSERTS, limits=dataclasses.replace(TEST_LIMITS, timeout_s=10,
+                                                            cpu_s=10))
+    after = sandbox.check(CONTROLS["plain"], ASSERTS).execution.peak_memory_mb
+    assert after <= max(honest) + 4, (honest, after)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_what_a_candidate_says_comes_back_as_text_that_can_be_recorded(sandbox, shape, tmp_path):
+    """A lone surrogate travels in JSON (an exception message) but not in UTF-8: the trace,
+    W&B and a terminal would refuse it, and a round that cannot record a result dies."""
+    from spade_ray.tracking import TraceStore, Versions
+
+    code = "def add(a, b):\n    raise ValueError('\\ud800 bad \\udfff')\n"
+    result, s = verdict(sandbox, code, SHAPES[shape])
+    assert (s.value, result.passed) == (0.0, False)
+    assert any("bad" in o.message for o in result.outcomes), result.outcomes
+    with TraceStore(tmp_path / "trace.sqlite", "run") as store:
+        assert store.record_execution(0, "t/0", "t", result, Versions(0, 0)) == 1
+
+
+def test_a_program_may_change_its_own_limits_and_scheduling_but_no_other_process(sandbox):
+    code = textwrap.dedent("""
+        import os, resource
+        def attempt(call):
+            try:
+                call()
+                return "ok"
+            except OSError as e:
+                return e.errno
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        print(attempt(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))),
+              attempt(lambda: os.nice(1)), attempt(lambda: os.sched_setaffinity(0, {0})),
+              attempt(lambda: os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))))
+        print(attempt(lambda: resource.prlimit(1, resource.RLIMIT_NOFILE, (soft, hard))),
+              attempt(lambda: os.setpriority(os.PRIO_PROCESS, 1, 5)),
+              attempt(lambda: os.setpriority(os.PRIO_USER, 0, 5)),
+              attempt(lambda: os.sched_setaffinity(1, {0})),
+              attempt(lambda: os.sched_setparam(1, os.sched_param(0))))
+    """)
+    result = sandbox.run(code)
+    assert result.stdout.split("\n")[:2] == ["ok ok ok ok", "1 1 1 1 1"], result
