@@ -12,6 +12,7 @@ the server reports it and the host recycles the jail, and the run's own result s
 """
 
 import ctypes
+import errno
 import os
 import resource
 import stat
@@ -23,7 +24,16 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 def work_dir_attributes(work_dir):
     """The working directory's extended attributes, name -> value (what `clear_work_dir` puts
     back)."""
-    return {name: os.getxattr(work_dir, name) for name in os.listxattr(work_dir)}
+    return {name: os.getxattr(work_dir, name) for name in _xattr_names(work_dir)}
+
+
+def _xattr_names(path):
+    try:
+        return os.listxattr(path)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.ENOTSUP):  # a file system without them
+            return []
+        raise
 
 
 def clear_work_dir(work_dir, attributes):
@@ -35,7 +45,7 @@ def clear_work_dir(work_dir, attributes):
     through a directory fd, with permissions restored first."""
     try:
         os.chmod(work_dir, 0o700)  # ours (uid 65534): a candidate may have taken our access
-        for name in os.listxattr(work_dir):  # ACLs (system.posix_acl_*) and user.* data
+        for name in _xattr_names(work_dir):  # ACLs (system.posix_acl_*) and user.* data
             if name not in attributes:
                 os.removexattr(work_dir, name)
         for name, value in attributes.items():
