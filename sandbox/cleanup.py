@@ -18,6 +18,7 @@ import resource
 import stat
 
 IPC_RMID = 0
+MQUEUE_DIR = "/dev/mqueue"
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -107,8 +108,9 @@ def state_changed(baseline):
 
 
 def remove_ipc_objects():
-    """Remove SysV shared memory, semaphores and message queues a run left (the IPC namespace is
-    the jail's own; the seccomp filter normally refuses creating them). Returns an error or None."""
+    """Remove SysV shared memory, semaphores and message queues, and POSIX message queues, that
+    a run left (the IPC namespace is the jail's own; the seccomp filter refuses creating them
+    through their calls). Returns an error or None."""
     removers = {"shm": lambda i: _LIBC.shmctl(i, IPC_RMID, None),
                 "sem": lambda i: _LIBC.semctl(i, 0, IPC_RMID),
                 "msg": lambda i: _LIBC.msgctl(i, IPC_RMID, None)}
@@ -121,4 +123,15 @@ def remove_ipc_objects():
         for ipc_id in ids:
             if remove(ipc_id) != 0:
                 return f"cannot remove SysV {kind} {ipc_id}: errno {ctypes.get_errno()}"
+    # POSIX message queues: seccomp refuses mq_open, but where the mqueue file system is mounted
+    # (Docker mounts /dev/mqueue), open() makes one too
+    try:
+        queues = os.listdir(MQUEUE_DIR)
+    except OSError:  # not mounted (the local backend's jail)
+        return None
+    for name in queues:
+        try:
+            os.unlink(os.path.join(MQUEUE_DIR, name))
+        except OSError as e:
+            return f"cannot remove POSIX message queue {name}: {e}"
     return None

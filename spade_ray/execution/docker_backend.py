@@ -55,6 +55,7 @@ from spade_ray.execution.protocol import (
     env_hash,
     grader_report,
     jail_digest,
+    lost_run,
     sandbox_error,
     spare_pid,
     to_exec_result,
@@ -181,6 +182,25 @@ def host_memory_files(pid: int, container_id: str) -> tuple[Path, ...] | None:
     return files if all(f.is_file() for f in files) else None
 
 
+def host_cpu_file(pid: int, container_id: str) -> Path | None:
+    """The container's CPU usage counter, when this host sees it: cpuacct.usage (v1, ns) or
+    cpu.stat (v2, `usage_usec`)."""
+    directory = host_cgroup_dir(pid, container_id, "cpuacct")
+    if directory is None:
+        return None
+    path = directory / ("cpuacct.usage" if (directory / "cpuacct.usage").exists() else "cpu.stat")
+    return path if path.is_file() else None
+
+
+def cpu_seconds(text: str) -> float:
+    """Seconds of CPU from the text of cpuacct.usage (v1) or cpu.stat (v2)."""
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key == "usage_usec":
+            return int(value) / 1e6
+    return int(text.strip()) / 1e9
+
+
 def memory_counters(text: str) -> tuple[int, int]:
     """(OOM kills, times usage hit the limit) from the text of memory.oom_control followed by
     memory.failcnt (v1: `oom_kill N`, then a bare number) or of memory.events (v2: `oom_kill N`,
@@ -267,6 +287,7 @@ class DockerWorker:
         self._hash_seed = ready.get("hash_seed")
         self._memory_files = host_memory_files(self._container.attrs["State"]["Pid"],
                                                self._container.id)
+        self._cpu_file = host_cpu_file(self._container.attrs["State"]["Pid"], self._container.id)
         # A remote engine: a new container starts a new cgroup at zero (and saves an exec).
         self._memory_seen = self._memory_counts() if self._memory_files else (0, 0)
         self._runs = 0
@@ -333,15 +354,25 @@ class DockerWorker:
         request = build_request(code, stdin, limits, tests, rlimit_nproc=False,
                                 memory_cgroup=True, shares_memory_cgroup=True)
         started = time.monotonic()
+        cpu_before = self._cpu_usage()
         try:
             reply, report = self._exchange(request, limits)
             oom_killed, limit_hit = self._memory_events(reply)
-            measured = Measured(oom_killed=oom_killed, memory_limit_hit=limit_hit)
+            cpu_after = self._cpu_usage()
+            measured = Measured(oom_killed=oom_killed, memory_limit_hit=limit_hit,
+                                cpu_s=None if cpu_after is None else cpu_after - cpu_before)
         except (ChannelError, DockerException, OSError) as e:
+            oom = self._harness_oom_killed()
             err = self._stop().strip()[-2000:]
+            wall_s = time.monotonic() - started
+            if oom:  # the run filled the container: its own failure, whoever the kernel killed
+                return lost_run(ExecStatus.MEMORY_LIMIT, f"the container's {limits.memory_mb} MB "
+                                "memory limit was reached and the OOM killer ended the jail's "
+                                "server", limits, env=env, enforced_by=self.enforced_by,
+                                wall_s=wall_s), {}
             detail = f"docker sandbox failed and was removed: {e}" + (f"; {err}" * bool(err))
             return sandbox_error(detail, limits, env=env, enforced_by=self.enforced_by,
-                                 wall_s=time.monotonic() - started), {}
+                                 wall_s=wall_s), {}
         result = to_exec_result(reply, limits, measured, env=env, enforced_by=self.enforced_by)
         self._runs += 1
         if (result.status in RECYCLE or reply["survivors"] or reply["cleanup_error"]
@@ -377,6 +408,36 @@ class DockerWorker:
             return False, False
         (oom_seen, hits_seen), self._memory_seen = self._memory_seen, self._memory_counts()
         return self._memory_seen[0] > oom_seen, self._memory_seen[1] > hits_seen
+
+    def _cpu_usage(self) -> float | None:
+        """The container's CPU seconds so far (a local engine), or None. A run's share is the
+        difference: it counts what the harness cannot see, e.g. children a program set up to be
+        reaped by the kernel (SIGCHLD ignored), whose time no wait() returns, and the harness's
+        and grader's few milliseconds."""
+        if self._cpu_file is None:
+            return None
+        try:
+            return cpu_seconds(self._cpu_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _harness_oom_killed(self) -> bool:
+        """Whether the OOM killer ended the harness (the container's main process): a program
+        that holds its memory where no process's RSS shows it (a memfd) and lowers its own OOM
+        score leaves the kernel the harness to kill. That is the program's memory limit, not a
+        sandbox failure."""
+        if self._container is None:
+            return False
+        deadline = time.monotonic() + 2.0  # the engine records the exit a moment after it
+        try:
+            while True:
+                self._container.reload()
+                state = self._container.attrs["State"]
+                if not state.get("Running") or time.monotonic() > deadline:
+                    return bool(state.get("OOMKilled"))
+                time.sleep(0.02)
+        except DockerException:
+            return False
 
     def _memory_counts(self) -> tuple[int, int]:
         if self._memory_files is not None:  # a local engine: read the kernel's counters directly

@@ -41,6 +41,10 @@ JAIL_HASH_SEED = "0"
 JAIL_PYTHON = ("-s", "-P", "-S", "-B", JAIL_HARNESS)  # the interpreter's arguments
 JAIL_ENV = {"PYTHONHASHSEED": JAIL_HASH_SEED}
 REPORT_CAP_BYTES = 4 * 1024 * 1024  # harness.py's cap on a grader report
+# How far a cgroup's CPU count for a run may exceed `cpu_s` before the run is over its limit
+# after the fact: the harness polls the tree's CPU (so a program that ends between polls can go
+# a little over), and Docker's count holds the harness's and grader's share too.
+CPU_SLACK_S = 0.1
 CANDIDATE_ENDED = "the candidate process ended during the tests"  # grader.py's ENDED
 HOST_GRACE_S = 5.0  # the harness enforces the limits; this only catches a hung harness
 START_TIMEOUT_S = 30.0
@@ -224,7 +228,14 @@ def to_exec_result(reply: dict[str, Any], limits: Limits, measured: Measured, *,
 
 def sandbox_error(detail: str, limits: Limits, *, env: str, enforced_by: str,
                   wall_s: float = 0.0) -> ExecResult:
-    return ExecResult(status=ExecStatus.SANDBOX_ERROR, exit_code=None, stdout="", stderr="",
+    return lost_run(ExecStatus.SANDBOX_ERROR, detail, limits, env=env, enforced_by=enforced_by,
+                    wall_s=wall_s)
+
+
+def lost_run(status: ExecStatus, detail: str, limits: Limits, *, env: str, enforced_by: str,
+             wall_s: float = 0.0) -> ExecResult:
+    """A run whose jail died with it: no output, no exit status of the program's own."""
+    return ExecResult(status=status, exit_code=None, stdout="", stderr="",
                       truncated=False, wall_s=wall_s, cpu_s=0.0, peak_memory_mb=0.0,
                       env_hash=env, limits_enforced_by=enforced_by, detail=detail)
 
@@ -233,6 +244,11 @@ def classify(reply: dict[str, Any], limits: Limits, measured: Measured) -> tuple
     reason, code = reply["reason"], reply["exit_code"]
     if reason == "timeout":
         return ExecStatus.TIMEOUT, f"wall-clock limit of {limits.timeout_s} s reached"
+    if reason != "cpu" and measured.cpu_s is not None \
+            and measured.cpu_s > limits.cpu_s + CPU_SLACK_S:
+        return ExecStatus.TIMEOUT, (f"CPU limit of {limits.cpu_s} s exceeded ({measured.cpu_s:.2f}"
+                                    " s counted by the cgroup, in processes the harness could "
+                                    "not see)")
     if reason == "cpu" or code == -signal.SIGXCPU:
         if measured.memory_limit_hit:  # the kernel's reclaim at the limit is the CPU it burnt
             return ExecStatus.MEMORY_LIMIT, (f"the {limits.memory_mb} MB memory limit was "

@@ -65,6 +65,10 @@ def compile_filter(machine: str | None = None, profile: Path = PROFILE) -> bytes
             program += [(BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 8 * index),
                         (BPF_JEQ_K, 0, "eperm", 0)]
         program += [(BPF_RET_K, 0, 0, RET_ALLOW), ("label", f"not {name}")]
+    for name, (index, flags) in spec["denied_flags"].items():  # any of `flags` set: refused
+        program += [(BPF_JEQ_K, 0, f"no {name}", numbers[name]),
+                    (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 8 * index),
+                    (BPF_JSET_K, "eperm", "allow", flags), ("label", f"no {name}")]
     program += [(BPF_JEQ_K, "enosys", 0, numbers["clone3"]),
                 (BPF_JEQ_K, 0, "allow", numbers["clone"]),
                 (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
@@ -105,6 +109,10 @@ def docker_profile(profile: Path = PROFILE) -> str:
     rules += [{"names": [name], **errno_rule,
                "args": [{"index": index, "value": 0, "op": "SCMP_CMP_NE"}]}
               for name, indices in spec["self_only"].items() for index in indices]
+    rules += [{"names": [name], **errno_rule,
+               "args": [{"index": index, "value": flags, "valueTwo": flags,
+                         "op": "SCMP_CMP_MASKED_EQ"}]}
+              for name, (index, flags) in spec["denied_flags"].items()]
     # One rule per flag: a rule's argument conditions must all hold, so "any of these flags"
     # is several rules of "(flags & F) == F".
     for flag in spec["clone_denied_flags"]:

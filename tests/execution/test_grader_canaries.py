@@ -483,7 +483,8 @@ with open("/work/d/e/f", "w") as f:
 print(sorted((n, resource.getrlimit(getattr(resource, n))) for n in dir(resource)
              if n.startswith("RLIMIT_")))
 print(os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)),
-      os.sched_getscheduler(0), os.listxattr("/work"), sorted(os.listdir("/work")))
+      os.sched_getscheduler(0), os.listxattr("/work"), sorted(os.listdir("/work")),
+      sorted(os.listdir("/dev/mqueue")) if os.path.isdir("/dev/mqueue") else None)
 def add(a, b):
     return a + b
 """
@@ -553,6 +554,16 @@ LINGERING = {
                 attempt()
             except OSError:
                 pass
+        def add(a, b):
+            return 0
+    """,
+    # POSIX message queues outlive their process; Docker mounts their file system
+    "leaves_a_message_queue": """
+        import os
+        try:
+            os.close(os.open("/dev/mqueue/left-by-a-previous-run", os.O_CREAT | os.O_RDWR))
+        except OSError:
+            pass
         def add(a, b):
             return 0
     """,
@@ -658,3 +669,69 @@ def test_a_program_may_change_its_own_limits_and_scheduling_but_no_other_process
     """)
     result = sandbox.run(code)
     assert result.stdout.split("\n")[:2] == ["ok ok ok ok", "1 1 1 1 1"], result
+
+
+def test_the_page_cache_cannot_be_probed_or_evicted(sandbox):
+    """The host's page cache outlives every run: a program that could evict a page of a file it
+    can read and later test whether it is cached could keep state from run to run, and so learn
+    a test's hidden answers one failed run at a time (a check stops at its first failed assert,
+    so being called again says the last guess was right)."""
+    code = textwrap.dedent("""
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open("/usr/lib/os-release", os.O_RDONLY)
+        def attempt(call):
+            try:
+                call()
+                return "ok"
+            except OSError as e:
+                return e.errno
+        stat = ctypes.create_string_buffer(64)
+        rng = (ctypes.c_uint64 * 2)(0, 0)
+        cachestat = libc.syscall(451, fd, rng, stat, 0)
+        print(attempt(lambda: os.preadv(fd, [bytearray(16)], 0)),
+              attempt(lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)),
+              attempt(lambda: os.preadv(fd, [bytearray(16)], 0, os.RWF_NOWAIT)),
+              cachestat if cachestat == 0 else ctypes.get_errno())
+    """)
+    assert sandbox.run(code).stdout.split() == ["ok", "1", "1", "1"]
+
+
+def test_memory_the_oom_killer_takes_from_the_jail_is_the_programs_limit(sandbox):
+    """Memory in a memfd is in no process's RSS: with its own OOM score lowered, a program that
+    fills the limit that way leaves the kernel only the jail's server to kill (Docker, where the
+    server shares the container's memory). It is still the program's memory limit."""
+    code = textwrap.dedent("""
+        import os
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("0")
+        except OSError:
+            pass
+        fds = [os.memfd_create("x") for _ in range(100)]  # each under the file-size limit
+        for fd in fds:
+            for _ in range(3):
+                os.write(fd, b"\\1" * (1 << 20))
+    """) + WRONG
+    result, s = verdict(sandbox, code, ASSERTS)
+    assert s.value == 0.0 and result.execution.status is ExecStatus.MEMORY_LIMIT, result.execution
+
+
+def test_cpu_in_children_the_kernel_reaps_counts_against_the_limit(sandbox):
+    """With SIGCHLD ignored the kernel reaps a program's children itself, and no wait() returns
+    their CPU time: the work they did must still count, and stop at the CPU limit."""
+    code = textwrap.dedent("""
+        import os, signal, time
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        for _ in range(20):
+            if os.fork() == 0:
+                end = time.process_time() + 0.06
+                while time.process_time() < end:
+                    pass
+                os._exit(0)
+            time.sleep(0.07)
+    """) + WRONG
+    limits = dataclasses.replace(TEST_LIMITS, cpu_s=0.5, timeout_s=5.0)
+    result = sandbox.check(code, ASSERTS, limits=limits)
+    assert result.execution.status is ExecStatus.TIMEOUT, result.execution
+    assert result.execution.cpu_s > 0.5
