@@ -4,7 +4,8 @@ socket bound into it (an engine on this machine) or over `attach` (any engine): 
 Isolation: no network, read-only root, no capabilities, no-new-privileges, the project's seccomp
 deny list (sandbox/seccomp.json, the bwrap backend's: io_uring, userfaultfd, keyctl, bpf, perf,
 SysV IPC, ...) as the container's profile, uid 65534, a private IPC namespace without /dev/shm
-(SysV objects a run could still leave are removed by the harness), no core dumps; the working
+(SysV objects and POSIX message queues a run could still leave are removed by the harness), no
+/sys/fs/cgroup with a local engine (`container_options`), no core dumps; the working
 directory is a tmpfs capped in bytes and inodes that the harness empties after every run. The
 image is pinned by its ID. Limits: the container's memory (tmpfs pages included, no swap), pids
 and CPU cgroups hold the whole tree, each with a margin for the harness, which shares them (the
@@ -121,8 +122,16 @@ def remove_stale(client: docker.DockerClient) -> None:
 
 
 def container_options(limits: Limits, packages: dict[str, Path], label: str,
-                      control: ControlSocket | None = None) -> dict:
+                      control: ControlSocket | None = None, hide_cgroups: bool = False) -> dict:
+    """`hide_cgroups`: an empty read-only tmpfs over /sys/fs/cgroup, for an engine on this
+    machine (whose counters the host reads itself). The container's cgroup counters are never
+    reset between its runs (peak usage, CPU, page faults), so a run could leave a number there
+    for the next one to read: a channel from run to run."""
     output_mb = -(-limits.max_output_bytes // 2**20)
+    tmpfs = {"/work": f"size={limits.tmp_mb}m,nr_inodes={limits.tmp_inodes},mode=0700,"
+                      f"uid=65534,gid=65534,exec"}
+    if hide_cgroups:
+        tmpfs["/sys/fs/cgroup"] = "ro,size=4k"
     memory = f"{limits.memory_mb + HARNESS_MARGIN_MB + 2 * output_mb}m"
     volumes = {str(p): {"bind": f"{JAIL_SITE}/{n}", "mode": "ro"} for n, p in packages.items()}
     if control is not None:
@@ -140,8 +149,7 @@ def container_options(limits: Limits, packages: dict[str, Path], label: str,
         nano_cpus=int((1 + HARNESS_CPU_MARGIN) * 10**9),
         # uid/gid: the harness (uid 65534) must own /work to empty it; `exec` like the bwrap
         # backend's tmpfs (Docker defaults to noexec), so programs behave the same on both.
-        tmpfs={"/work": f"size={limits.tmp_mb}m,nr_inodes={limits.tmp_inodes},mode=0700,"
-                        f"uid=65534,gid=65534,exec"},
+        tmpfs=tmpfs,
         working_dir="/work", environment=JAIL_ENV,
         ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0)],
         volumes=volumes,
@@ -241,7 +249,8 @@ class DockerWorker:
         self._conn: socket.socket | None = None
         # An engine on this machine (a local unix socket) may see our files: try a ControlSocket
         # (False once its peer turned out not to be the harness).
-        self._control_socket = self.client.api.base_url == "http+docker://localhost"
+        self._local_engine = self.client.api.base_url == "http+docker://localhost"
+        self._control_socket = self._local_engine
         self.channel = "attach"  # or "socket": what the current container's frames travel on
         self._start()
         self._facts = {
@@ -262,7 +271,8 @@ class DockerWorker:
             self._container = self.client.containers.create(
                 self.image.id, name=f"spade-ray-{os.getpid()}-{secrets.token_hex(4)}",
                 **container_options(self.limits, self.packages,
-                                    f"{socket.gethostname()}:{os.getpid()}", control))
+                                    f"{socket.gethostname()}:{os.getpid()}", control,
+                                    hide_cgroups=self._local_engine))
             # Attach before start: a stream attached later would miss the ready frame.
             self._stream = AttachStream(self._container.attach_socket(
                 params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}))
@@ -442,6 +452,8 @@ class DockerWorker:
     def _memory_counts(self) -> tuple[int, int]:
         if self._memory_files is not None:  # a local engine: read the kernel's counters directly
             return memory_counters("\n".join(f.read_text() for f in self._memory_files))
+        if self._local_engine:  # whose cgroups we cannot see (rootless); the jail cannot see
+            return 0, 0        # them either (container_options): an OOM kill reads as a kill
         # A remote engine: the container sees its own cgroup (v1 bind mount, v2 namespace).
         result = self._container.exec_run(["cat", "/sys/fs/cgroup/memory/memory.oom_control",
                                            "/sys/fs/cgroup/memory/memory.failcnt",

@@ -735,3 +735,13 @@ def test_cpu_in_children_the_kernel_reaps_counts_against_the_limit(sandbox):
     result = sandbox.check(code, ASSERTS, limits=limits)
     assert result.execution.status is ExecStatus.TIMEOUT, result.execution
     assert result.execution.cpu_s > 0.5
+
+
+def test_the_workers_cgroup_counters_are_out_of_sight(sandbox):
+    """A worker's cgroup counters (peak usage, CPU, page faults) accumulate over all its runs:
+    a run that could read them could read a number an earlier run left there."""
+    code = textwrap.dedent("""
+        import os
+        print(sum(len(files) for _, _, files in os.walk("/sys/fs/cgroup")))
+    """)
+    assert sandbox.run(code).stdout.split() == ["0"]
