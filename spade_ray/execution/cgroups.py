@@ -14,7 +14,7 @@ replies; on v1 the candidate joins by itself, through `join_fds`, and a group ho
 else stops the worker; on v2 the host moves it, into a group made anew if it still held a
 process), counters that can be reset are (v1: max_usage_in_bytes, failcnt, cpuacct.usage; v2:
 memory.peak through its own fd, kernel >= 6.12), and the others are read as differences from
-the run's start.
+the run's start; the peak is above what the group held at the start (PeakMeter).
 
 Not handled: cgroup v1 kernels without `oom_kill` in memory.oom_control (< 4.13) report an OOM as
 `killed`; nested v2 delegation where the parent is not ours (we need write access to the root of
@@ -38,6 +38,44 @@ CPU_PERIOD_US = 100_000  # one core's worth per period: a multi-threaded candida
 
 class CgroupUnavailable(RuntimeError):
     """Cgroups cannot be used here; the message says why (the caller degrades to rlimits)."""
+
+
+class PeakMeter:
+    """A memory cgroup's peak usage over a span, above what the group held when the span began
+    (kernel memory and page cache that earlier processes of the group left outlive them: the
+    dentries of a million failed lookups would count in every later run's peak). v1:
+    memory.max_usage_in_bytes, reset by writing 0, and memory.usage_in_bytes; v2: memory.peak
+    through its own fd (a reset holds per open file; kernel >= 6.12, older ones keep the peak
+    since the group was made) and memory.current. The files stay open until `close`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.v1 = (directory / "memory.max_usage_in_bytes").exists()
+        peak, usage = (("memory.max_usage_in_bytes", "memory.usage_in_bytes") if self.v1
+                       else ("memory.peak", "memory.current"))
+        self._usage = os.open(directory / usage, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self._peak = os.open(directory / peak, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:  # v2 before kernel 5.19: no memory.peak
+            self._peak = None
+        self._base = 0
+
+    def begin(self) -> None:
+        if self._peak is not None:
+            try:
+                os.pwrite(self._peak, b"0" if self.v1 else b"reset\n", 0)
+            except OSError:  # v2 before kernel 6.12: no reset
+                pass
+        self._base = int(os.pread(self._usage, 64, 0))
+
+    def peak_mb(self) -> float:
+        peak = int(os.pread(self._peak, 64, 0)) if self._peak is not None else 0
+        return max(0, peak - self._base) / 2**20
+
+    def close(self) -> None:
+        for fd in (self._usage, self._peak):
+            if fd is not None:
+                os.close(fd)
+        self._usage = self._peak = None
 
 
 def detect(root: Path = ROOT) -> str:
@@ -83,11 +121,11 @@ class ExecCgroup:
         for d in set(self.dirs.values()):
             d.mkdir()
         self._fds: dict[tuple[str, str, int], int] = {}
-        self._peak_fd: int | None = None
+        self._peak: PeakMeter | None = None
         self._baseline = (0.0, 0, 0)
-        self._memory_base = 0
         try:
             self._apply(limits)
+            self._peak = PeakMeter(self.dirs["memory"])
         except OSError:
             self.destroy()
             raise
@@ -100,27 +138,10 @@ class ExecCgroup:
             self._apply(limits)
             self.limits = limits
         if self.version == "v1":
-            for name in ("memory.max_usage_in_bytes", "memory.failcnt"):
-                self._write("memory", name, 0)
+            self._write("memory", "memory.failcnt", 0)
             self._write("cpuacct", "cpuacct.usage", 0)
-        else:
-            self._reset_v2_peak()
+        self._peak.begin()
         self._baseline = self._counters()
-        # What the group is charged for before the run: kernel memory and page cache that
-        # earlier runs' processes left (dentries of a million failed stats, files read), which
-        # outlives them and would count in this run's peak.
-        self._memory_base = int(self._read("memory", "memory.current" if self.version == "v2"
-                                           else "memory.usage_in_bytes"))
-
-    def _reset_v2_peak(self) -> None:
-        path = self.dirs["memory"] / "memory.peak"
-        if self._peak_fd is None and path.exists():  # its own fd: a reset holds per open file
-            self._peak_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        if self._peak_fd is not None:
-            try:
-                os.write(self._peak_fd, b"reset\n")
-            except OSError:  # kernel < 6.12: the peak is the group's since it was made
-                pass
 
     def _apply(self, limits: Limits) -> None:
         memory = limits.memory_mb * 1024 * 1024
@@ -167,11 +188,7 @@ class ExecCgroup:
         whether the OOM killer fired, whether usage hit the memory limit: memory.failcnt on v1,
         memory.events' `max` on v2)."""
         cpu_s, oom, hits = (now - then for now, then in zip(self._counters(), self._baseline))
-        if self.version == "v2":
-            peak = int(os.pread(self._peak_fd, 64, 0)) if self._peak_fd is not None else 0
-        else:
-            peak = int(self._read("memory", "memory.max_usage_in_bytes"))
-        return max(0, peak - self._memory_base) / 2**20, cpu_s, oom > 0, hits > 0
+        return self._peak.peak_mb(), cpu_s, oom > 0, hits > 0
 
     def pids(self) -> list[int]:
         return [int(p) for p in self._read("pids", "cgroup.procs").split()]
@@ -227,9 +244,9 @@ class ExecCgroup:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds = {}
-            if self._peak_fd is not None:
-                os.close(self._peak_fd)
-                self._peak_fd = None
+            if self._peak is not None:
+                self._peak.close()
+                self._peak = None
         for d in set(self.dirs.values()):
             for attempt in range(200):  # a killed task leaves the group a moment later
                 try:

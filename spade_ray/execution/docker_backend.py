@@ -10,9 +10,11 @@ directory is a tmpfs capped in bytes and inodes that the harness empties after e
 image is pinned by its ID. Limits: the container's memory (tmpfs pages included, no swap), pids
 and CPU cgroups hold the whole tree, each with a margin for the harness, which shares them (the
 candidate gets one CPU, as on the local backend, and the harness half of one more); the
-harness enforces wall-clock, tree-CPU, output and rlimits. Peak memory is the harness's figure
-(the largest process). The container is kept warm and destroyed after any timeout, OOM,
-violation, leftover process or failed cleanup, after `max_runs`, and when its limits change.
+harness enforces wall-clock, tree-CPU, output and rlimits. Peak memory is the container's
+cgroup's during the run, above what it held at the start (a local engine), or else the
+harness's figure (the largest process). The container is kept warm and destroyed after any
+timeout, OOM, violation, leftover process or failed cleanup, after `max_runs`, and when its
+limits change.
 
 Not protected against: kernel exploits beyond what namespaces, seccomp and an unprivileged uid
 stop; CPU cache side channels.
@@ -32,6 +34,7 @@ import docker
 from docker.errors import DockerException, ImageNotFound, NotFound
 
 from spade_ray.execution import seccomp
+from spade_ray.execution.cgroups import PeakMeter
 from spade_ray.execution.channel import Channel, ChannelError, fd_reader
 from spade_ray.execution.docker_channel import (
     CONTROL_DIR,
@@ -67,7 +70,7 @@ BUILD_SCRIPT = SANDBOX_DIR / "build_image.sh"
 IMAGE_REPO = "spade-ray-sandbox"
 SANDBOX_USER = "65534:65534"
 LABEL = "spade-ray.sandbox"  # value: "<host name>:<host pid>", to find stale containers
-ENFORCED_BY = "docker (container limits; peak memory is the largest process)"
+ENFORCED_BY = "docker (container limits)"
 # The harness shares the container's memory cgroup with the candidate: ~18 MB resident (measured:
 # VmRSS of PID 1 in the bookworm image), plus the stdout/stderr it buffers while the candidate
 # runs (up to the output cap, and the same again for the reply it builds).
@@ -245,6 +248,7 @@ class DockerWorker:
         self.image = find_image(self.client, tag)
         remove_stale(self.client)
         self._container = None
+        self._peak: PeakMeter | None = None
         self._stream: AttachStream | None = None
         self._conn: socket.socket | None = None
         # An engine on this machine (a local unix socket) may see our files: try a ControlSocket
@@ -298,6 +302,7 @@ class DockerWorker:
         self._memory_files = host_memory_files(self._container.attrs["State"]["Pid"],
                                                self._container.id)
         self._cpu_file = host_cpu_file(self._container.attrs["State"]["Pid"], self._container.id)
+        self._peak = self._peak_meter()
         # A remote engine: a new container starts a new cgroup at zero (and saves an exec).
         self._memory_seen = self._memory_counts() if self._memory_files else (0, 0)
         self._runs = 0
@@ -320,6 +325,9 @@ class DockerWorker:
     def _stop(self) -> str:
         """Remove the container; return what the harness wrote on stderr (for error messages)."""
         stderr = ""
+        if self._peak is not None:
+            self._peak.close()
+            self._peak = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -365,12 +373,15 @@ class DockerWorker:
                                 memory_cgroup=True, shares_memory_cgroup=True)
         started = time.monotonic()
         cpu_before = self._cpu_usage()
+        if self._peak is not None:
+            self._peak.begin()
         try:
             reply, report = self._exchange(request, limits)
             oom_killed, limit_hit = self._memory_events(reply)
             cpu_after = self._cpu_usage()
             measured = Measured(oom_killed=oom_killed, memory_limit_hit=limit_hit,
-                                cpu_s=None if cpu_after is None else cpu_after - cpu_before)
+                                cpu_s=None if cpu_after is None else cpu_after - cpu_before,
+                                peak_memory_mb=self._peak.peak_mb() if self._peak else None)
         except (ChannelError, DockerException, OSError) as e:
             oom = self._harness_oom_killed()
             err = self._stop().strip()[-2000:]
@@ -418,6 +429,24 @@ class DockerWorker:
             return False, False
         (oom_seen, hits_seen), self._memory_seen = self._memory_seen, self._memory_counts()
         return self._memory_seen[0] > oom_seen, self._memory_seen[1] > hits_seen
+
+    def _peak_meter(self) -> PeakMeter | None:
+        """The container's memory peak per run, from its cgroup (a local engine that lets us
+        reset the counter), or None: then the harness's figure, the largest process's max RSS,
+        which misses memory no process maps (a memfd) and grows with the harness's own heap."""
+        directory = host_cgroup_dir(self._container.attrs["State"]["Pid"], self._container.id,
+                                    "memory")
+        if directory is None:
+            return None
+        meter = None
+        try:
+            meter = PeakMeter(directory)
+            meter.begin()  # a reset we may not be allowed to write
+            return meter
+        except (OSError, ValueError):
+            if meter is not None:
+                meter.close()
+            return None
 
     def _cpu_usage(self) -> float | None:
         """The container's CPU seconds so far (a local engine), or None. A run's share is the

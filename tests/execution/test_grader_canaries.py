@@ -745,3 +745,31 @@ def test_the_workers_cgroup_counters_are_out_of_sight(sandbox):
         print(sum(len(files) for _, _, files in os.walk("/sys/fs/cgroup")))
     """)
     assert sandbox.run(code).stdout.split() == ["0"]
+
+
+def test_peak_memory_counts_memory_no_process_maps(sandbox):
+    """Peak memory breaks ties: memory held in memfds (in no process's RSS) must count."""
+    code = textwrap.dedent("""
+        import os
+        fds = [os.memfd_create("x") for _ in range(20)]  # each under the file-size limit
+        for fd in fds:
+            for _ in range(3):
+                os.write(fd, b"\\1" * (1 << 20))
+    """) + CONTROLS["plain"]
+    result = sandbox.check(code, ASSERTS)
+    assert result.passed and result.execution.peak_memory_mb > 50, result.execution
+
+
+def test_a_noisy_run_does_not_raise_the_next_runs_peak(backend):
+    """The jail's server grows with what a run prints (up to the output cap, 1 MB here), and
+    later runs are forked from it: their peak must still be their own."""
+    from tests.conftest import open_sandbox
+
+    limits = dataclasses.replace(TEST_LIMITS, max_output_bytes=1_000_000)
+    with open_sandbox(backend, limits=limits, workers=1) as sandbox:
+        honest = [sandbox.check(CONTROLS["plain"], ASSERTS).execution.peak_memory_mb
+                  for _ in range(2)]
+        sandbox.run("import sys\nsys.stdout.write('\\u00e9' * 490_000)\n")
+        after = [sandbox.check(CONTROLS["plain"], ASSERTS).execution.peak_memory_mb
+                 for _ in range(2)]
+    assert max(after) <= max(honest) + 2, (honest, after)
