@@ -126,15 +126,25 @@ def call_text(entry_point: str, args: tuple[Any, ...]) -> str:
 
 
 def _signature(reference: str, node: ast.FunctionDef) -> str:
-    """The entry point's def line as written when it is one line ending with ':', else the
-    same header on one line (a def over several lines, Black's style for long signatures, or one
-    with a comment after its colon): the solver's prompt ends with it, and a candidate is it
-    plus the lines the model writes below."""
+    """The entry point's def line as written when it is a whole header on one line ending with
+    ':', else the same header on one line (a def over several lines, Black's style for long
+    signatures, or one with a comment after its colon): the solver's prompt ends with it, and a
+    candidate is it plus the lines the model writes below."""
     line = reference.splitlines()[node.lineno - 1].rstrip()
-    if line.startswith("def ") and line.endswith(":"):
+    if line.startswith("def ") and line.endswith(":") and _is_header(line):
         return line
     returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
     return f"def {node.name}({ast.unparse(node.args)}){returns}:"
+
+
+def _is_header(line: str) -> bool:
+    """Whether `line` is a whole def header: one that ends with a colon inside a comment
+    (`def f(a,  # the base:`) or inside an annotation's dict is only its first line."""
+    try:
+        ast.parse(line + "\n    pass\n")
+    except SyntaxError:
+        return False
+    return True
 
 
 def _sections(text: str) -> dict[str, str]:
