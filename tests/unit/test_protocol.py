@@ -4,7 +4,7 @@ import signal
 
 import pytest
 
-from spade_ray.execution.docker_backend import memory_counters
+from spade_ray.execution.docker_cgroups import memory_counters
 from spade_ray.execution.protocol import Measured, classify
 from spade_ray.records import ExecStatus, Limits
 
