@@ -14,7 +14,6 @@ from pathlib import Path
 
 import datasets
 import hydra
-import ray
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -37,6 +36,7 @@ from spade_ray.config import (
     validate_model,
     validate_validation,
 )
+from spade_ray.connect import connect
 from spade_ray.evaluation import humaneval
 from spade_ray.execution import Executor, Placement, Sandbox
 from spade_ray.recorder import Recorder
@@ -72,8 +72,7 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = str(cfg.run_name) if sweep_point is None else f"{cfg.run_name}-{sweep_point}"
     datasets.disable_progress_bars()  # one line per round on the console, no bars in between
-    if not ray.is_initialized():  # RAY_ADDRESS (ray job submit) joins a cluster
-        ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
+    connect(log_to_driver=False)  # RAY_ADDRESS (ray job submit) joins a cluster
     store, sink = open_records(cfg, run_dir, run_id, loop_cfg.seed)
     print(f"run {run_id}: {run_dir} ({loop_cfg.rounds} rounds, model {model.roles['solver'].model}"
           f" on {model.roles['solver'].backend}, sandbox {sandbox_cfg.backend} on the "
@@ -176,8 +175,7 @@ def evaluate_model(model: str, validation: ValidationConfig
                    ) -> tuple[humaneval.ValidationResult, list[humaneval.HumanEvalProblem]]:
     """`spade-ray eval`: HumanEval through the sandbox, with the hf backend on this machine; the
     result and the problems it was measured on."""
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
+    connect(log_to_driver=False)
     spec = RoleSpec("solver", "hf", model, cpus_per_engine=float(os.cpu_count() or 1))
     samples = validation.samples_per_problem
     sampling = dataclasses.replace(humaneval.default_sampling(samples),

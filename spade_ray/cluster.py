@@ -1,4 +1,5 @@
-"""Topology: the only module that knows where things run (ray.init, placement groups, actors).
+"""Topology: the only module that knows where things run (placement groups, actors; joining
+a cluster is connect.py).
 
 Each role (generator, solver) has `engines` model actors for data-parallel generation. Every
 engine gets a placement-group bundle of `gpus_per_engine` GPUs (its tensor-parallel size) and
@@ -41,6 +42,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from spade_ray.config import STRATEGIES
+from spade_ray.connect import connect
 from spade_ray.learner.actor import LearnerGroup
 from spade_ray.records import LearnerParams
 from spade_ray.rollout.actor import ModelActor, RoleEngines
@@ -106,7 +108,7 @@ class Cluster:
     """The placement group and the role engines of one run. Use as a context manager."""
 
     def __init__(self, specs: Sequence[RoleSpec], colocate: bool = False,
-                 strategy: str = "PACK", address: str | None = None,
+                 strategy: str = "PACK",
                  learner_cpus: float = 0.0, learner_gpus: int = 0, learner_ranks: int = 1,
                  node_resources: Mapping[str, float] | None = None) -> None:
         """`learner_cpus` > 0 reserves the learner's bundles, one per rank (`start_learner`);
@@ -116,8 +118,7 @@ class Cluster:
                              f"{', '.join(STRATEGIES)}")
         if len({s.role for s in specs}) != len(specs):
             raise ValueError(f"each role may appear once, got {[s.role for s in specs]}")
-        if not ray.is_initialized():
-            ray.init(address=address)
+        connect()
         # Colocated roles with the same engine spec (the same policy model serving both) share
         # their engines rather than loading the model twice on the same devices.
         groups: list[list[RoleSpec]] = []

@@ -15,6 +15,12 @@ from spade_ray.execution import BackendUnavailable, Sandbox
 from spade_ray.records import Limits
 from spade_ray.rollout.models import build_tiny_model
 
+# Every Ray the tests start is their own local one, never a cluster this machine happens to run
+# (a `ray start` of its user, or one whose address Ray remembers in /tmp/ray/ray_current_cluster:
+# CI once ran with a stale file left by a killed test cluster, and every fixture's ray.init failed).
+# "local" is read only when ray.init gets no address, so tests that name a cluster still join it.
+os.environ["RAY_ADDRESS"] = "local"
+
 # Small limits keep the adversarial suite fast; each test states the limit it relies on.
 TEST_LIMITS = Limits(timeout_s=3.0, cpu_s=2.0, memory_mb=128, max_output_bytes=64_000,
                      max_processes=32, max_file_mb=4, tmp_mb=16, tmp_inodes=512)

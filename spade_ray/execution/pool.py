@@ -38,6 +38,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError
 
+from spade_ray.connect import connect
 from spade_ray.execution.protocol import sandbox_error
 from spade_ray.execution.sandbox import Sandbox, validate_programs
 from spade_ray.records import CheckResult, ExecResult, Limits, TestSuite
@@ -100,8 +101,7 @@ class SandboxPool:
                  max_in_flight_per_actor: int = 2, cpus_per_actor: float = 1.0,
                  resources: Mapping[str, float] | None = None,
                  unavailable_timeout_s: float = UNAVAILABLE_TIMEOUT_S) -> None:
-        if not ray.is_initialized():
-            ray.init()
+        connect()
         self.limits = limits or Limits()
         self.resources = dict(resources or {})
         count = num_actors or actor_count(cpus_per_actor, self.resources)
