@@ -98,3 +98,11 @@ def test_the_cli_names_a_dead_ray_address_in_seconds(dead_address):
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert f"RAY_ADDRESS={dead_address}: no Ray cluster answers there" in out.stderr
     assert time.monotonic() - start < 60
+
+
+def test_a_sandbox_pool_without_ray_is_a_named_error(monkeypatch):
+    from spade_ray.execution.pool import SandboxPool
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with pytest.raises(RuntimeError, match="SandboxPool places actors on a Ray cluster: join one"):
+        SandboxPool()

@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "spade_ray"
 STAGES = ("execution", "rollout", "tasks", "evaluation", "preferences", "tracking", "learner")
 WIRING = {"loop.py", "stages.py", "recorder.py", "streaming.py", "training.py", "cluster.py",
+          "connect.py",
           "cli.py", "app.py", "config.py"}
 
 

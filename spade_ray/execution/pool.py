@@ -38,7 +38,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError
 
-from spade_ray.connect import connect
 from spade_ray.execution.protocol import sandbox_error
 from spade_ray.execution.sandbox import Sandbox, validate_programs
 from spade_ray.records import CheckResult, ExecResult, Limits, TestSuite
@@ -94,14 +93,17 @@ class SandboxActor:
 
 
 class SandboxPool:
-    """Sandbox actors on the current Ray cluster (`ray.init()` first, or we start a local one)."""
+    """Sandbox actors on the current Ray cluster: the caller joins one first (the run does,
+    spade_ray/connect.py; a script calls ray.init)."""
 
     def __init__(self, backend: str = "local", limits: Limits | None = None,
                  num_actors: int | None = None, packages: Sequence[str] = (),
                  max_in_flight_per_actor: int = 2, cpus_per_actor: float = 1.0,
                  resources: Mapping[str, float] | None = None,
                  unavailable_timeout_s: float = UNAVAILABLE_TIMEOUT_S) -> None:
-        connect()
+        if not ray.is_initialized():
+            raise RuntimeError("SandboxPool places actors on a Ray cluster: join one first "
+                               "(ray.init(), or spade_ray.connect.connect())")
         self.limits = limits or Limits()
         self.resources = dict(resources or {})
         count = num_actors or actor_count(cpus_per_actor, self.resources)
