@@ -2,8 +2,9 @@
 
 Every rejection has a short, countable reason (the round's metrics count them):
 
-    static      forbidden:<name>        an import outside ALLOWED_IMPORTS, or a call that does
-                                        I/O or depends on the process (open, print, id, hash, ...)
+    static      forbidden:<name>        an import outside ALLOWED_IMPORTS, a call that does I/O
+                                        or depends on the process (open, print, id, hash, ...),
+                                        or a way to another module (tasks/static.py)
                 module_code             top-level statements other than imports, defs, constants
     run         reference_<status>      the reference run hit a limit or crashed
                 nondeterministic        fresh interpreters (their own hash seeds and address
@@ -70,12 +71,9 @@ from spade_ray.tasks import driver
 from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, twins
 from spade_ray.tasks.format import Proposal
-from spade_ray.tasks.imports import ALLOWED_IMPORTS
 from spade_ray.tasks.mutation import mutants
+from spade_ray.tasks.static import static_reason
 
-FORBIDDEN_NAMES = frozenset({"open", "input", "print", "eval", "exec", "compile", "__import__",
-                             "globals", "locals", "vars", "breakpoint", "id", "hash", "exit",
-                             "quit", "help", "memoryview", "setattr", "delattr"})
 PREDICT_ENTRY = "answer"  # the function a predict candidate defines (families.py)
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
 NULL_CONSTANTS = {"none": "None", "zero": "0", "one": "1", "true": "True", "false": "False",
@@ -139,32 +137,6 @@ class _Core:
     cpu_s: float
 
 
-def static_reason(proposal: Proposal) -> str | None:
-    """Why the reference cannot be a task without running it, or None."""
-    tree = ast.parse(proposal.reference)
-    for node in tree.body:
-        if not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign)) and \
-                not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
-            return "module_code"
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            modules = [node.module or "."]
-        else:
-            modules = []
-        for module in modules:
-            if module.split(".")[0] not in ALLOWED_IMPORTS:
-                return f"forbidden:{module.split('.')[0] or 'relative_import'}"
-        if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
-            return f"forbidden:{node.id}"
-        if isinstance(node, ast.Attribute) and node.attr.startswith("__"):
-            return f"forbidden:{node.attr}"
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            return "forbidden:global"
-    return None
-
-
 def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics: Sequence[str],
           executor, limits: Limits, config: AdmissionConfig = AdmissionConfig(),
           source: TaskSource = TaskSource.GENERATED, generator_version: int = -1,
@@ -175,7 +147,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     `held_out` (tasks/decontamination.py), then one check batch for all."""
     keys = [_job(p, p.inputs) for p in proposals]
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> its first index
-    static = {key: static_reason(proposals[i]) for key, i in first.items()}
+    static = {key: static_reason(proposals[i].reference) for key, i in first.items()}
     running = [key for key in first if static[key] is None]
     count = config.augment_inputs if source is TaskSource.GENERATED else 0
     extras = {key: augmented_inputs(proposals[first[key]].inputs, count,

@@ -24,12 +24,32 @@ from spade_ray.records import ExecResult, ExecStatus, Limits
 # low bits of an address) rather than the layout. Cost: ~40 ms of CPU per interpreter.
 INTERPRETERS = 3
 PASSES = 2  # over the inputs, in each interpreter
+#
+# The clocks jump: every read of the time module's clocks (and of the local or UTC time they
+# give) is off by a fresh random amount of up to 136 years. A reference may not read the time at
+# all (tasks/static.py), but one that reaches a clock by a way the static rules do not know
+# would agree with itself for the second admission takes (`int(time.time() // 3) % 2`); with
+# jumping clocks it disagrees between passes and interpreters, and is nondeterministic.
 RUNNER = r'''
-import ast, json, os, sys
+import ast, json, os, sys, time
 job = json.loads(sys.stdin.read())
 out = os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_WRONLY)
 os.dup2(null, 1)
+
+
+def jumping(read, unit):
+    return lambda *args: read(*args) + unit * int.from_bytes(os.urandom(4), "big")
+
+
+for name in ("time", "monotonic", "perf_counter", "process_time", "thread_time",
+             "clock_gettime"):
+    setattr(time, name, jumping(getattr(time, name), 1))
+    setattr(time, name + "_ns", jumping(getattr(time, name + "_ns"), 10 ** 9))
+for name in ("localtime", "gmtime", "ctime"):
+    setattr(time, name, lambda *args, at=getattr(time, name): at(*(args or (time.time(),))))
+time.asctime = lambda *args, at=time.asctime: at(*(args or (time.localtime(),)))
+time.strftime = lambda form, *args, at=time.strftime: at(form, *(args or (time.localtime(),)))
 namespace = {"__name__": "reference"}
 exec(compile(job["source"], "<reference>", "exec"), namespace)
 

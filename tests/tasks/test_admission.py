@@ -9,7 +9,7 @@ from spade_ray.execution import canonical
 from spade_ray.records import ExecResult, ExecStatus, Limits, TaskFamily, TaskSource
 from spade_ray.tasks.admission import AdmissionConfig, admit, null_solvers
 from spade_ray.tasks.diversity import normalised_hash
-from spade_ray.tasks.driver import answers
+from spade_ray.tasks.driver import DRIVER, answers, driver_limits, job
 from spade_ray.tasks.format import parse_proposal
 
 CODEGEN, REPAIR, PREDICT = TaskFamily.CODEGEN, TaskFamily.REPAIR, TaskFamily.PREDICT
@@ -63,9 +63,27 @@ def test_a_good_program_becomes_a_task_of_every_family(sandbox, family):
     ("C = [0]\ndef f(n: int) -> int:\n    global C\n    C[0] += 1\n    return n + C[0]",
      "forbidden:global"),
     ("for i in range(3):\n    pass\ndef f(n: int) -> int:\n    return n + 1", "module_code"),
+    # a red-team pass had this admitted: its answers flip every 3 s (tests/tasks/test_static.py)
+    ("import statistics\ndef f(n: int) -> int:\n"
+     "    return 2 * n + int(statistics.sys.modules['time'].time() // 3) % 2", "forbidden:time"),
 ])
 def test_static_rules(sandbox, body, reason):
     assert verdict(sandbox, proposal(body, "f(1)\nf(2)")).reason == reason
+
+
+@pytest.mark.parametrize("flip", [
+    "int(time.time() // 3) % 2", "time.time_ns() // 3_000_000_000 % 2",
+    "int(time.monotonic() // 3) % 2", "time.localtime().tm_sec // 3 % 2",
+    "int(time.strftime('%S')) // 3 % 2", "time.gmtime().tm_sec // 3 % 2",
+    "int(time.clock_gettime(time.CLOCK_REALTIME) // 3) % 2"])
+def test_a_reference_that_reads_the_clock_is_nondeterministic_in_the_driver(sandbox, flip):
+    """The runtime back-up of the static rules: were a way to the clock to pass them, the
+    driver's clocks jump at every read, so the reference disagrees with itself. (The driver is
+    given `import time` directly here; admission's static rules refuse it.)"""
+    reference = f"import time\ndef f(n: int) -> int:\n    return 2 * n + {flip}"
+    run = sandbox.run(DRIVER, job(reference, "f", [(n,) for n in range(8)]),
+                      limits=driver_limits(LIMITS))
+    assert answers(run, 8, AdmissionConfig().max_reference_cpu_s) == "nondeterministic"
 
 
 def test_a_reference_that_loops_forever_is_a_timeout(sandbox):

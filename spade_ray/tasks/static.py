@@ -1,0 +1,111 @@
+"""Admission's static rules: what a reference may not contain, decided from its text alone.
+
+A task's expected outputs must follow from its inputs and nothing else: a reference that reads
+the clock, the process or the file system gives answers the grader cannot reproduce, and one
+that flips with the clock (`int(time.time() // 3) % 2`) agrees with itself for the second that
+admission takes, then passes a solver half the time by luck, a pass rate the generator's reward
+pays for. So a reference imports only ALLOWED_IMPORTS, calls nothing that does I/O or reads the
+process, and reaches no other module through the allowed ones. The ways to reach one, each
+closed here (a red-team pass found the first three admitted):
+- a module an allowed module imported for itself: `statistics.sys.modules['time']`, also under
+  an underscore name (`collections._sys`) and as `from statistics import sys`;
+- a lookup by string: `getattr(m, 'sys')`, `operator.attrgetter`, `operator.methodcaller`,
+  `__builtins__`, or any dunder name or attribute;
+- a frame or code object, whose attributes are not dunders: a generator's
+  `gi_frame.f_builtins['__import__']`;
+- an evaluated annotation (typing.get_type_hints, ForwardRef, functools.singledispatch's
+  register evaluate strings as code).
+Runtime backs these up: the admission driver's clocks jump at every read (tasks/driver.py), so a
+reference that reads the time some other way disagrees with itself and is nondeterministic.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import re
+import types
+
+from spade_ray.tasks.imports import ALLOWED_IMPORTS
+
+FORBIDDEN_NAMES = frozenset({
+    "open", "input", "print", "eval", "exec", "compile", "__import__", "globals", "locals",
+    "vars", "breakpoint", "id", "hash", "exit", "quit", "help", "memoryview", "setattr",
+    "delattr", "getattr", "attrgetter", "methodcaller", "get_type_hints", "ForwardRef",
+    "singledispatch", "singledispatchmethod"})
+NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
+INTROSPECTION_PREFIXES = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")
+# modules with process state, whatever the interpreter's allowed modules import
+STATEFUL_MODULES = frozenset({"sys", "os", "time", "builtins", "importlib", "gc", "inspect"})
+DUNDER = re.compile(r"__\w+__")
+
+
+def static_reason(reference: str) -> str | None:
+    """Why the reference cannot be a task without running it (`module_code` or
+    `forbidden:<name>`), or None."""
+    tree = ast.parse(reference)
+    for node in tree.body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign)) and \
+                not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            return "module_code"
+    for node in ast.walk(tree):
+        reason = _forbidden(node)
+        if reason:
+            return f"forbidden:{reason}"
+    return None
+
+
+def _forbidden(node: ast.AST) -> str | None:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or "."]
+        for module in modules:
+            if module.split(".")[0] not in ALLOWED_IMPORTS:
+                return module.split(".")[0] or "relative_import"
+        if isinstance(node, ast.ImportFrom):
+            return next((a.name for a in node.names if _forbidden_name(a.name)
+                         or a.name in _module_attributes()), None)
+    if isinstance(node, ast.Name) and _forbidden_name(node.id):
+        return node.id
+    if isinstance(node, ast.Attribute) and _forbidden_attribute(node.attr):
+        return node.attr
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return "global"
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        found = DUNDER.search(node.value)
+        return found[0] if found else None
+    return None
+
+
+def _forbidden_name(name: str) -> bool:
+    return name in FORBIDDEN_NAMES or name.startswith("__")
+
+
+def _forbidden_attribute(attr: str) -> bool:
+    return (attr.startswith("_") and attr not in NAMEDTUPLE_API) or \
+        attr.startswith(INTROSPECTION_PREFIXES) or attr in _module_attributes() or \
+        attr in FORBIDDEN_NAMES
+
+
+@functools.cache
+def _module_attributes() -> frozenset[str]:
+    """The names under which the allowed modules, or modules reachable from them through
+    allowed ones, hold a module outside ALLOWED_IMPORTS (statistics.sys, statistics.random,
+    re.enum, typing.types ...), with STATEFUL_MODULES: read from this interpreter, the same
+    Python minor version as the sandbox's."""
+    names, seen = set(STATEFUL_MODULES), set()
+    todo = [importlib.import_module(m) for m in sorted(ALLOWED_IMPORTS)]
+    while todo:
+        module = todo.pop()
+        if module.__name__ in seen:
+            continue
+        seen.add(module.__name__)
+        for name, value in vars(module).items():
+            if not isinstance(value, types.ModuleType):
+                continue
+            if value.__name__.split(".")[0] in ALLOWED_IMPORTS:
+                todo.append(value)
+            else:
+                names.add(name)
+    return frozenset(names)

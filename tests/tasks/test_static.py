@@ -1,0 +1,69 @@
+"""Admission's static rules (tasks/static.py): every known way from an allowed module or a
+builtin to another module, the clock or the interpreter is refused; ordinary code is not."""
+
+import pytest
+
+from spade_ray.evaluation import humaneval
+from spade_ray.tasks.seeds import load_seed_proposals
+from spade_ray.tasks.static import static_reason
+
+
+@pytest.mark.parametrize("reference, reason", [
+    # a module an allowed module imported for itself, by attribute, underscore name or import
+    ("import statistics\ndef f(x: int) -> int:\n"
+     "    return x + int(statistics.sys.modules['time'].time() // 3) % 2", "forbidden:time"),
+    ("import typing\ndef f(x: int) -> int:\n    return x + len(typing.sys.argv)", "forbidden:sys"),
+    ("import fractions\ndef f(x: int) -> int:\n    return x + fractions.sys.maxsize % 3",
+     "forbidden:sys"),
+    ("import collections\ndef f(x: int) -> int:\n    return x + collections._sys.maxsize % 3",
+     "forbidden:_sys"),
+    ("import statistics\ndef f(x: int) -> int:\n    return x + statistics.random.randint(0, 1)",
+     "forbidden:random"),
+    ("import re\ndef f(x: int) -> int:\n    return x + len(str(re.enum.auto))", "forbidden:enum"),
+    ("import typing\ndef f(x: int) -> int:\n    return x + len(str(typing.types.CodeType))",
+     "forbidden:types"),
+    ("import re\ndef f(x: int) -> int:\n    return x + len(re.copyreg.dispatch_table)",
+     "forbidden:copyreg"),
+    ("import typing\ndef f(x: int) -> int:\n    return x + len(typing.warnings.filters)",
+     "forbidden:warnings"),
+    ("from statistics import sys\ndef f(x: int) -> int:\n    return x + len(sys.argv)",
+     "forbidden:sys"),
+    ("from typing import sys as s\ndef f(x: int) -> int:\n    return x + len(s.argv)",
+     "forbidden:sys"),
+    # a lookup by string
+    ("import typing\ndef f(x: int) -> int:\n    return x + getattr(typing, 'sys').maxsize % 3",
+     "forbidden:getattr"),
+    ("import operator, statistics\ndef f(x: int) -> int:\n"
+     "    return x + operator.attrgetter('sys.maxsize')(statistics) % 3", "forbidden:attrgetter"),
+    ("from operator import methodcaller\ndef f(x: int) -> int:\n"
+     "    return x + methodcaller('bit_length')(x)", "forbidden:methodcaller"),
+    ("def f(x: int) -> int:\n    return x + len(__builtins__)", "forbidden:__builtins__"),
+    ("def f(x: int) -> int:\n    return x + len(__name__)", "forbidden:__name__"),
+    ("def f(x: int) -> int:\n    return x + len('{0.__globals__}'.format(f))",
+     "forbidden:__globals__"),
+    # frames and code objects
+    ("def f(x: int) -> int:\n    g = (i for i in [1])\n    return x + len(g.gi_frame.f_builtins)",
+     "forbidden:f_builtins"),
+    ("def f(x: int) -> int:\n    g = (i for i in [1])\n    return x + g.gi_code.co_flags",
+     "forbidden:co_flags"),
+    # evaluated annotations
+    ("import typing\ndef g(a: 'len(typing.sys.modules)'):\n    pass\ndef f(x: int) -> int:\n"
+     "    return x + typing.get_type_hints(g)['a']", "forbidden:get_type_hints"),
+    ("from functools import singledispatch\ndef f(x: int) -> int:\n    return x",
+     "forbidden:singledispatch"),
+])
+def test_every_way_to_another_module_is_refused(reference, reason):
+    assert static_reason(reference) == reason
+
+
+def test_namedtuple_methods_are_not_private_attributes():
+    assert static_reason("from collections import namedtuple\nP = namedtuple('P', 'a b')\n"
+                         "def f(x: int) -> int:\n    return P(x, 1)._replace(b=2).b + x") is None
+
+
+def test_ordinary_code_passes():
+    """No seed reference and no HumanEval solution but the two that use eval and hashlib."""
+    assert [static_reason(p.reference) for _, p in load_seed_proposals()].count(None) == \
+        len(load_seed_proposals())
+    reasons = [static_reason(p.prompt + p.canonical_solution) for p in humaneval.load_problems()]
+    assert sorted(r for r in reasons if r) == ["forbidden:eval", "forbidden:hashlib"]
