@@ -24,8 +24,10 @@ Every rejection has a short, countable reason (the round's metrics count them):
                 trivial_passes:lookup   a table of the shown examples plus one guessed value
                                         (a shown output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
-                                        reference's mutants
-                no_killed_mutant        repair: no mutant is caught, so there is no bug to fix
+                                        reference's mutants that answer at least one of them
+                                        (one that raises or times out on every example is
+                                        killed by any input: left out; none left scores 0)
+                no_killed_mutant        repair: no such mutant is caught, so there is no bug to fix
     held out    validation_twin:<id>    a validation problem's solution gives every expected
                                         output: the task is that problem (decontamination.py)
     integrity   reference_fails_examples the trusted grader does not reproduce the outputs
@@ -66,6 +68,7 @@ from spade_ray.records import (
     TaskFamily,
     TaskSource,
     TestSuite,
+    Verdict,
 )
 from spade_ray.tasks import driver
 from spade_ray.tasks.augment import augmented_inputs
@@ -74,6 +77,7 @@ from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.mutation import mutants
 from spade_ray.tasks.static import static_reason
 
+MUTANT_SLOWDOWN = 4.0  # a mutant's budget, in times the reference's check (_mutant_limits)
 PREDICT_ENTRY = "answer"  # the function a predict candidate defines (families.py)
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
 NULL_CONSTANTS = {"none": "None", "zero": "0", "one": "1", "true": "True", "false": "False",
@@ -99,8 +103,8 @@ class AdmissionConfig:
     max_reference_cpu_s: float = 2.0  # two passes over the inputs (the driver makes
     # driver.INTERPRETERS * driver.PASSES of them and is judged pro rata)
     augment_inputs: int = 0  # a generated proposal's extra inputs, mutations of its own
-    check_timeout_s: float = 0.5  # per null-solver / mutant check (a mutant that loops is
-    # killed either way); the reference's own check runs under the task's limits
+    check_timeout_s: float = 0.5  # per null-solver / mutant check, at least (_mutant_limits);
+    # the reference's own check runs under the task's limits
 
     def __post_init__(self) -> None:
         if self.min_examples < 1 or self.visible_examples < 0 or self.max_mutants < 0 \
@@ -120,7 +124,8 @@ class Admitted:
     task: Task | None
     reason: str  # "" when admitted
     cpu_s: float  # sandbox CPU spent on it
-    mutation_score: float | None = None  # killed / mutants (None: no mutant, or not reached)
+    mutation_score: float | None = None  # killed / judged mutants (None: no mutant, or
+    # not reached)
 
     @property
     def valid(self) -> bool:
@@ -290,27 +295,59 @@ def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
     mutants against its examples; per proposal key, (role, program, result), reference first.
     The reference is checked under the task's own limits, as its candidates will be: under
     `check_timeout_s` (meant for mutants that loop), a make run whose learner shared the cores
-    timed one out and rejected a sound task as reference_fails_examples."""
+    timed one out and rejected a sound task as reference_fails_examples. Mutants come in two
+    batches: `max_mutants`, then as many more for a proposal whose first ones did not all
+    answer (`answered`), so that mutants killed by any input cannot thin out the sample."""
     suites = {key: TestSuite(examples=core.examples, entry_point=p.entry_point)
               for key, (p, core) in cores.items()}
     references = executor.check_many([p.reference for p, _ in cores.values()],
                                      list(suites.values()), limits=limits) if cores else []
-    jobs: list[tuple[str, str, str]] = []  # (key, role, program)
-    for key, (p, _) in cores.items():
-        jobs += [(key, f"null:{name}", code) for name, code in null_solvers(p.signature).items()]
-        jobs += [(key, "mutant", code)
-                 for code in mutants(p.reference, config.max_mutants, _seed(p))]
-    check_limits = dataclasses.replace(limits, timeout_s=min(limits.timeout_s,
-                                                             config.check_timeout_s),
-                                       cpu_s=min(limits.cpu_s, config.check_timeout_s))
-    results = executor.check_many([code for _, _, code in jobs],
-                                  [suites[key] for key, _, _ in jobs],
-                                  limits=check_limits) if jobs else []
     out = {key: [("reference", p.reference, result)]
            for (key, (p, _)), result in zip(cores.items(), references)}
-    for (key, role, code), result in zip(jobs, results):
-        out[key].append((role, code, result))
+    null_limits = _mutant_limits(limits, config, 0.0, 0.0)
+    pools, budgets, first = {}, {}, []
+    for (key, (p, _)), reference in zip(cores.items(), references):
+        first += [(key, f"null:{name}", code, null_limits)
+                  for name, code in null_solvers(p.signature).items()]
+        pools[key] = mutants(p.reference, 2 * config.max_mutants, _seed(p))
+        budgets[key] = _mutant_limits(limits, config, reference.execution.cpu_s,
+                                      reference.execution.wall_s)
+        first += [(key, "mutant", code, budgets[key])
+                  for code in pools[key][:config.max_mutants]]
+    _run_checks(first, suites, executor, out)
+    second = [(key, "mutant", code, budgets[key])
+              for key, pool in pools.items()
+              if sum(role == "mutant" and answered(r) for role, _, r in out[key])
+              < config.max_mutants
+              for code in pool[config.max_mutants:]]
+    _run_checks(second, suites, executor, out)
     return out
+
+
+def _run_checks(jobs: list[tuple[str, str, str, Limits]], suites: dict[str, TestSuite],
+                executor, out: dict[str, list[tuple[str, str, CheckResult]]]) -> None:
+    """Checks (key, role, program, limits) in one batch per distinct limits; the results join
+    out[key] in the order of `jobs`."""
+    results: dict[int, CheckResult] = {}
+    for job_limits in dict.fromkeys(job[3] for job in jobs):
+        batch = [i for i, job in enumerate(jobs) if job[3] == job_limits]
+        results.update(zip(batch, executor.check_many([jobs[i][2] for i in batch],
+                                                      [suites[jobs[i][0]] for i in batch],
+                                                      limits=job_limits)))
+    for i, (key, role, code, _) in enumerate(jobs):
+        out[key].append((role, code, results[i]))
+
+
+def _mutant_limits(limits: Limits, config: AdmissionConfig, reference_cpu_s: float,
+                   reference_wall_s: float) -> Limits:
+    """A mutant's budget: `check_timeout_s`, or MUTANT_SLOWDOWN times what the reference's check
+    took when that is more, within the task's limits. A fixed budget made every mutant of a
+    reference that spins (or sleeps) a little longer than it time out, and a timeout counted as
+    a kill: such examples scored 1.0 where the same reference without the spin scored 0.125."""
+    return dataclasses.replace(
+        limits, timeout_s=min(limits.timeout_s, max(config.check_timeout_s,
+                                                    MUTANT_SLOWDOWN * reference_wall_s)),
+        cpu_s=min(limits.cpu_s, max(config.check_timeout_s, MUTANT_SLOWDOWN * reference_cpu_s)))
 
 
 def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
@@ -337,10 +374,11 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
         if not fair:
             return reject(f"trivial_passes:{guesses[asked]}")
         asked = fair[-1]
-    judged = [(code, r) for role, code, r in checks
-              if role == "mutant" and r.execution.status is not ExecStatus.SANDBOX_ERROR]
+    run = [(code, r) for role, code, r in checks
+           if role == "mutant" and r.execution.status is not ExecStatus.SANDBOX_ERROR]
+    judged = [(code, r) for code, r in run if answered(r)][:config.max_mutants]
     killed = [(code, r) for code, r in judged if not r.passed]
-    score = len(killed) / len(judged) if judged else None
+    score = len(killed) / len(judged) if judged else (0.0 if run else None)
     if score is not None and score < config.min_mutation_score:
         return Admitted(p, family, None, "weak_examples", cpu, score)
     buggy = None
@@ -352,6 +390,16 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     task = make_task(p, family, topic, core.examples, asked, buggy, limits, config, source,
                      generator_version)
     return Admitted(p, family, task, "", cpu, score)
+
+
+def answered(check: CheckResult) -> bool:
+    """Whether a program returned on at least one example (right or wrong). A mutant that
+    returns on none, raising or timing out on every example, says nothing of the examples: any
+    one input kills it. Mutation adequacy leaves such mutants out, or a reference could buy its
+    score with them, e.g. a guard of constant comparisons (`if not (2 < 3 and 4 > 1): raise`)
+    whose mutated constants raise everywhere (0.875 where its examples killed 0.125 of the
+    rest), and a repair task never takes one as its bug."""
+    return any(o.outcome is not Verdict.ERROR for o in check.outcomes)
 
 
 def make_task(p: Proposal, family: TaskFamily, topic: str, examples: tuple[IOExample, ...],

@@ -169,6 +169,31 @@ def test_examples_that_kill_few_mutants_are_weak(sandbox):
     assert verdict(sandbox, p, config=AdmissionConfig(min_mutation_score=0.0)).valid
 
 
+WEAK = ("    if a > 1000 and b < 7:\n        return a * b - 3\n    return a + b",
+        "f(1, 2)\nf(3, 4)\nf(5, 9)\nf(10, 20)")  # the else branch is never taken
+
+
+@pytest.mark.parametrize("padding", [
+    # a spin that makes every mutant time out under a fixed budget (a timeout was a kill)
+    "    s = 0\n    for i in range(3_000_000):\n        s ^= i\n    a += s & 0\n",
+    # a guard of constant comparisons whose mutants raise on every input
+    "    if not (2 < 3 and 4 > 1 and 5 - 4 == 1 and 6 // 2 == 3 and 7 % 4 == 3 and 9 >= 9):\n"
+    "        raise ValueError('bad')\n",
+    # the same guard written with names: its mutants are left out as killed by any input, and
+    # more mutants are drawn so that the rest still make a sample
+    "    two, three = 2, 3\n    if not (two < three and three > 1 and three - two == 1 and "
+    "three // two == 1 and three % two == 1):\n        raise ValueError('bad')\n",
+])
+def test_padding_does_not_make_weak_examples_strong(sandbox, padding):
+    """A third red-team pass had the first two admitted (mutation scores 1.0 and 0.875, where
+    the same examples kill 0.125 of the plain reference's mutants)."""
+    plain = proposal("def f(a: int, b: int) -> int:\n" + WEAK[0], WEAK[1])
+    padded = proposal("def f(a: int, b: int) -> int:\n" + padding + WEAK[0], WEAK[1])
+    assert verdict(sandbox, plain).reason == "weak_examples"
+    v = verdict(sandbox, padded)
+    assert v.reason == "weak_examples" and v.mutation_score <= 0.25
+
+
 def test_repair_needs_a_mutant_the_examples_catch(sandbox):
     p = proposal("def f(s: str) -> str:\n    return s.upper()", "f('a')\nf('bc')\nf('xyz')")
     assert verdict(sandbox, p, CODEGEN).valid

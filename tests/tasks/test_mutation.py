@@ -25,3 +25,12 @@ def test_sample_is_seeded_and_capped():
 
 def test_unparsable_source_has_no_mutants():
     assert mutants("def f(:\n", 5) == []
+
+
+def test_conditions_of_literals_alone_are_not_mutated():
+    """They are the same for every input: their mutants would only raise everywhere."""
+    guard = "def f(x):\n    if not (2 < 3 and 6 // 2 == 3):\n        raise ValueError\n"
+    assert mutants(guard + "    return x\n", 50) == []
+    out = mutants(guard + "    return -1 if x < 0 else x * 2\n", 50)
+    assert out and all("not (2 < 3 and 6 // 2 == 3)" in m for m in out)
+    assert any("return 1 if" in m for m in out) and any("x <= 0" in m for m in out)
