@@ -21,6 +21,9 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         predict, the asked call's answer is such a constant
                                         (so no bool: a guess passes half the time), an echo
                                         or a literal of the program;
+                trivial_passes:two_valued predict: 3 or more examples give at most two
+                                        answers: a coin flip however it is spelt ('ny'[c],
+                                        `1 if c else -1`, [c], str(c));
                 trivial_passes:lookup   a table of the shown examples plus one guessed value
                                         (a shown output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
@@ -272,10 +275,12 @@ def guessed_answers(p: Proposal, examples: Sequence[IOExample]) -> list[str | No
     "odd"` is a coin flip too), compared type-exactly, as the grader compares."""
     literals = set()
     for node in ast.walk(ast.parse(p.reference)):
-        if isinstance(node, ast.Constant):
+        signed = isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) \
+            and isinstance(node.operand, ast.Constant)  # -1 is a literal too
+        if signed or isinstance(node, ast.Constant):
             try:
-                literals.add(canonical.encode(node.value))
-            except canonical.NotPlainData:
+                literals.add(canonical.encode(ast.literal_eval(node)))
+            except (canonical.NotPlainData, ValueError, TypeError):
                 continue
     nulls = {text: name for name, text in NULL_ENCODED.items()}
     params = _params(p.signature)
@@ -373,6 +378,8 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
         fair = [i for i, guess in enumerate(guesses) if guess is None]
         if not fair:
             return reject(f"trivial_passes:{guesses[asked]}")
+        if len(core.examples) >= 3 and len({e.expected for e in core.examples}) <= 2:
+            return reject("trivial_passes:two_valued")
         asked = fair[-1]
     run = [(code, r) for role, code, r in checks
            if role == "mutant" and r.execution.status is not ExecStatus.SANDBOX_ERROR]

@@ -238,6 +238,25 @@ def test_a_predict_task_never_asks_for_an_answer_a_guess_can_give(sandbox):
                  "f(4)\nf(7)\nf(10)\nf(3)")
     assert verdict(sandbox, p, CODEGEN).valid
     assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:literal"
+    # -1 is a literal as much as 1 is
+    p = proposal("def f(n: int) -> int:\n    return 1 if n % 3 else -1", "f(4)\nf(6)")
+    assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:literal"
+
+
+@pytest.mark.parametrize("body", [
+    "def f(n: int) -> str:\n    return 'ny'[n % 7 > 3]",
+    "def f(n: int) -> int:\n    return n % 2 * 2 - 1",
+    "def f(n: int) -> list:\n    return [n % 7 > 3]",
+    "def f(n: int) -> str:\n    return str(n % 7 > 3)",
+    "def f(n: int) -> int:\n    return (n % 7 > 3) * 41 + 1",
+])
+def test_a_predict_task_whose_answers_take_two_values_is_a_coin_flip(sandbox, body):
+    """A third red-team pass had ones like the first four admitted as questions (and `1 if c
+    else -1`, now a literal): a bool by another name, which a solver guesses right half the
+    time. As code to write, each is a task."""
+    p = proposal(body, "f(1)\nf(5)\nf(9)\nf(12)\nf(20)")
+    assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:two_valued"
+    assert verdict(sandbox, p, CODEGEN, AdmissionConfig(min_mutation_score=0.0)).valid
 
 
 @pytest.mark.parametrize("family", [CODEGEN, REPAIR])
