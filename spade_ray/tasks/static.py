@@ -6,11 +6,14 @@ that flips with the clock (`int(time.time() // 3) % 2`) agrees with itself for t
 admission takes, then passes a solver half the time by luck, a pass rate the generator's reward
 pays for. So a reference imports only ALLOWED_IMPORTS, calls nothing that does I/O or reads the
 process, and reaches no other module through the allowed ones. The ways to reach one, each
-closed here (a red-team pass found the first three admitted):
+closed here (a red-team pass found the first two admitted):
 - a module an allowed module imported for itself: `statistics.sys.modules['time']`, also under
   an underscore name (`collections._sys`) and as `from statistics import sys`;
 - a lookup by string: `getattr(m, 'sys')`, `operator.attrgetter`, `operator.methodcaller`,
-  `__builtins__`, or any dunder name or attribute;
+  `string.Formatter().get_field('0.sys', (statistics,), {})`, `__builtins__`, or any dunder
+  name, attribute or string;
+- a module as a value (`f(statistics)`, `x = statistics`, `'{0.sys}'.format(statistics)`): an
+  imported module's name may only be followed by an attribute;
 - a frame or code object, whose attributes are not dunders: a generator's
   `gi_frame.f_builtins['__import__']`;
 - an evaluated annotation (typing.get_type_hints, ForwardRef, functools.singledispatch's
@@ -32,8 +35,8 @@ from spade_ray.tasks.imports import ALLOWED_IMPORTS
 FORBIDDEN_NAMES = frozenset({
     "open", "input", "print", "eval", "exec", "compile", "__import__", "globals", "locals",
     "vars", "breakpoint", "id", "hash", "exit", "quit", "help", "memoryview", "setattr",
-    "delattr", "getattr", "attrgetter", "methodcaller", "get_type_hints", "ForwardRef",
-    "singledispatch", "singledispatchmethod"})
+    "delattr", "getattr", "attrgetter", "methodcaller", "Formatter", "get_field", "get_value",
+    "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod"})
 NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
 INTROSPECTION_PREFIXES = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")
 # modules with process state, whatever the interpreter's allowed modules import
@@ -53,7 +56,25 @@ def static_reason(reference: str) -> str | None:
         reason = _forbidden(node)
         if reason:
             return f"forbidden:{reason}"
-    return None
+    return "forbidden:module_value" if _modules_as_values(tree) else None
+
+
+def _modules_as_values(tree: ast.Module) -> bool:
+    """Whether a name an import binds to a module is used other than as `name.attribute`."""
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            try:  # an allowed module (static_reason checked): the standard library's
+                parent = importlib.import_module(node.module)
+            except ImportError:  # collections.nope: the reference fails when it runs
+                continue
+            modules |= {a.asname or a.name for a in node.names
+                        if isinstance(getattr(parent, a.name, None), types.ModuleType)}
+    bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    return any(isinstance(n, ast.Name) and n.id in modules and id(n) not in bases
+               for n in ast.walk(tree))
 
 
 def _forbidden(node: ast.AST) -> str | None:

@@ -37,10 +37,20 @@ from spade_ray.tasks.static import static_reason
      "    return x + operator.attrgetter('sys.maxsize')(statistics) % 3", "forbidden:attrgetter"),
     ("from operator import methodcaller\ndef f(x: int) -> int:\n"
      "    return x + methodcaller('bit_length')(x)", "forbidden:methodcaller"),
+    ("import string, statistics\ndef f(x: int) -> int:\n    return x + int(string.Formatter()"
+     ".get_field('0.sys.modules', (statistics,), {})[0]['time'].perf_counter() // 3) % 2",
+     "forbidden:get_field"),
     ("def f(x: int) -> int:\n    return x + len(__builtins__)", "forbidden:__builtins__"),
     ("def f(x: int) -> int:\n    return x + len(__name__)", "forbidden:__name__"),
     ("def f(x: int) -> int:\n    return x + len('{0.__globals__}'.format(f))",
      "forbidden:__globals__"),
+    # a module as a value: what format strings and Formatter read attributes of
+    ("import statistics\ndef f(x: int) -> int:\n    return x + len('{0.sys}'.format(statistics))",
+     "forbidden:module_value"),
+    ("import statistics as st\ndef f(x: int) -> int:\n    m = st\n    return x",
+     "forbidden:module_value"),
+    ("from collections import abc\ndef f(x: int) -> int:\n    return x + len([abc])",
+     "forbidden:module_value"),
     # frames and code objects
     ("def f(x: int) -> int:\n    g = (i for i in [1])\n    return x + len(g.gi_frame.f_builtins)",
      "forbidden:f_builtins"),
@@ -54,6 +64,14 @@ from spade_ray.tasks.static import static_reason
 ])
 def test_every_way_to_another_module_is_refused(reference, reason):
     assert static_reason(reference) == reason
+
+
+def test_modules_followed_by_an_attribute_and_unknown_submodules_pass():
+    assert static_reason("import collections.abc\nfrom collections import abc\n"
+                         "def f(x: int) -> bool:\n    return isinstance(x, abc.Sequence) or "
+                         "isinstance(x, collections.abc.Set)") is None
+    assert static_reason("from collections.nope import x\ndef f(n: int) -> int:\n"
+                         "    return n") is None  # it fails when it runs
 
 
 def test_namedtuple_methods_are_not_private_attributes():
