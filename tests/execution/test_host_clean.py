@@ -24,14 +24,33 @@ HOSTILE = [
 
 
 def sandbox_uid_processes() -> set[int]:
+    """The sandbox user's processes, but those another process on the machine started (a fresh
+    clone's `make test` failed here once, seeing the jails of a test run next to it): those
+    whose nearest ancestor of another user is alive and neither this process nor PID 1 (where
+    a process that escaped its jail ends up)."""
     found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid == 65534:
+            if _uid(pid) == 65534 and _owner(pid) in (os.getpid(), 1, None):
                 found.add(int(pid))
         except OSError:
             pass
     return found
+
+
+def _uid(pid: str) -> int:
+    return os.stat(f"/proc/{pid}").st_uid
+
+
+def _owner(pid: str) -> int | None:
+    """The nearest ancestor of `pid` that is not the sandbox user's (None: gone meanwhile)."""
+    try:
+        while _uid(pid) == 65534:
+            status = Path(f"/proc/{pid}/status").read_text()
+            pid = re.search(r"^PPid:\s+(\d+)", status, re.MULTILINE)[1]
+        return int(pid)
+    except OSError:
+        return None
 
 
 def our_mounts() -> set[str]:
