@@ -23,7 +23,7 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         or a literal of the program;
                 trivial_passes:two_valued predict: 3 or more examples give at most two
                                         answers: a coin flip however it is spelt ('ny'[c],
-                                        `1 if c else -1`, [c], str(c));
+                                        [c], str(c), n % 2 * 2 - 1);
                 trivial_passes:lookup   a table of the shown examples plus one guessed value
                                         (a shown output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
@@ -152,7 +152,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     """One verdict per proposal: `families[i]` and `topics[i]` are what proposal i becomes.
     Sandbox work is batched and done once per distinct program and inputs (a seed proposal
     listed once per family runs once): one driver run each, one run for validation twins of
-    `held_out` (tasks/decontamination.py), then one check batch for all."""
+    `held_out` (tasks/decontamination.py), then the checks of all (_checks)."""
     keys = [_job(p, p.inputs) for p in proposals]
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> its first index
     static = {key: static_reason(proposals[i].reference) for key, i in first.items()}
