@@ -23,7 +23,9 @@ arguments is skipped, and section headers match in any case. Two repairs: the im
 standard-library name the reference uses and never binds (`Counter`, `lru_cache`) is added
 (tasks/imports.py), and calls of a name a one-function reference does not define call that
 function. Parsing is strict about everything else and says what is wrong with a short,
-countable reason; it never guesses code.
+countable reason; it never guesses code. A reference must also be something the host can work
+on: one that nests deeper than MAX_AST_DEPTH is `reference_too_deep`, and one Python cannot
+write back as text (a non-printable character in an f-string's expression) `reference_syntax`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ MIN_INPUTS = 2
 MAX_INPUTS = 12
 MAX_LITERAL_CHARS = 400  # one input call; also bounds what ast.literal_eval is given
 MAX_CALL_LINES = 8  # a call written over more lines than this is not read as one
+# The host walks a reference's syntax tree recursively (mutation, dedup hashes, unparsing), and
+# Python's recursion limit fails at ~250 nested terms (`-` * 260 + `a`, a sum of 250 terms);
+# hand-written code stays far below this.
+MAX_AST_DEPTH = 60
 _CALL_START = re.compile(r"^[A-Za-z_]\w*\(")
 
 
@@ -77,12 +83,29 @@ def parse_proposal(text: str) -> Proposal:
         tree = ast.parse(reference)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise TaskFormatError("reference_syntax", f"{type(e).__name__}: {e}") from None
+    if _depth(tree) > MAX_AST_DEPTH:
+        raise TaskFormatError("reference_too_deep", f"the reference nests deeper than "
+                              f"{MAX_AST_DEPTH} syntax levels")
+    try:
+        ast.unparse(tree)  # what mutation and the signature do with it
+    except (ValueError, RecursionError) as e:
+        raise TaskFormatError("reference_syntax", f"{type(e).__name__}: {e}") from None
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     if not functions:
         raise TaskFormatError("no_function", "the reference defines no top-level function")
     entry_point, calls, inputs = _inputs(sections["Inputs"], functions)
     signature = _signature(reference, functions[entry_point])
     return Proposal(description, reference, entry_point, signature, inputs, calls)
+
+
+def _depth(tree: ast.AST) -> int:
+    """How deep the syntax tree nests (without recursion: it is what is being bounded)."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        todo += [(child, depth + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
 
 
 FRAME_REASONS = frozenset({"missing_section", "no_inputs", "too_few_inputs"})

@@ -109,7 +109,10 @@ def mutants(source: str, limit: int, seed: int = 0) -> list[str]:
     out: dict[str, None] = {}
     for site in random.Random(seed).sample(range(counter.sites), counter.sites):
         mutated = ast.fix_missing_locations(_Mutator(site).visit(copy.deepcopy(tree)))
-        text = ast.unparse(mutated)
+        try:
+            text = ast.unparse(mutated)
+        except (ValueError, RecursionError):  # a mutated constant Python cannot write back
+            continue
         if text != original:
             out.setdefault(text + "\n")
         if len(out) == limit:

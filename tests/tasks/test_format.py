@@ -65,6 +65,25 @@ def test_each_malformed_text_is_rejected_with_its_reason(text, reason):
     assert e.value.reason == reason
 
 
+@pytest.mark.parametrize("body, reason", [
+    # the host's recursive walks of the tree (mutants, dedup hash, unparse) raised
+    # RecursionError out of admit() and lost the batch (a fourth red-team pass)
+    ("    return " + "-" * 260 + "x", "reference_too_deep"),
+    ("    return " + " + ".join(["x"] * 250), "reference_too_deep"),
+    ("    return " + "abs(" * 170 + "x" + ")" * 170, "reference_too_deep"),
+    ("    return " + " + ".join(["x"] * 2000), "reference_too_deep"),
+    # what Python cannot write back as text: ast.unparse raised ValueError (no TaskFormatError)
+    ("    return len(f\"{'\u00a0'.join(['a', str(x)])}!\")", "reference_syntax"),
+])
+def test_a_reference_the_host_cannot_work_on_is_a_named_rejection(body, reason):
+    with pytest.raises(TaskFormatError) as e:
+        parse_proposal(GOOD.replace("    return 2 * x", body))
+    assert e.value.reason == reason
+    header = "def double(x: int,\n           y: str = f\"{'\u00a0'.join('ab')}\") -> int:"
+    with pytest.raises(TaskFormatError, match="reference_syntax"):  # in the signature too
+        parse_proposal(GOOD.replace("def double(x: int) -> int:", header))
+
+
 def test_deeply_nested_or_huge_literals_are_not_inputs():
     deep = "double(" + "[" * 5000 + "]" * 5000 + ")"
     with pytest.raises(TaskFormatError, match="no_inputs"):
