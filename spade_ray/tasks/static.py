@@ -6,12 +6,18 @@ that flips with the clock (`int(time.time() // 3) % 2`) agrees with itself for t
 admission takes, then passes a solver half the time by luck, a pass rate the generator's reward
 pays for. So a reference imports only ALLOWED_IMPORTS, calls nothing that does I/O or reads the
 process, and reaches no other module through the allowed ones. The ways to reach one, each
-closed here (a red-team pass found the first two admitted):
+closed here (red-team passes found each of them admitted):
 - a module an allowed module imported for itself: `statistics.sys.modules['time']`, also under
   an underscore name (`collections._sys`) and as `from statistics import sys`;
 - a lookup by string: `getattr(m, 'sys')`, `operator.attrgetter`, `operator.methodcaller`,
-  `string.Formatter().get_field('0.sys', (statistics,), {})`, `__builtins__`, or any dunder
-  name, attribute or string;
+  `string.Formatter().get_field('0.sys', (statistics,), {})`, `functools.update_wrapper` and
+  `wraps` (with `assigned=('_' + '_globals__',)`), `__builtins__`, any dunder name, attribute,
+  definition or string, a format string built at run time (`s.format(f)` where s is not a
+  literal), a match class pattern (`case object(__self__=b)`, or a class whose __match_args__
+  were set at run time: only plain-data builtins may be matched, with allowed attribute names),
+  and `type()` with more than one argument, which makes such classes;
+- a name bound nowhere in the program (one a trick put in its globals) and a private name
+  imported from an allowed module (`from typing import _eval_type`);
 - a module as a value (`f(statistics)`, `x = statistics`, `'{0.sys}'.format(statistics)`): an
   imported module's name may only be followed by an attribute;
 - a frame or code object, whose attributes are not dunders: a generator's
@@ -25,6 +31,7 @@ reference that reads the time some other way disagrees with itself and is nondet
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import importlib
 import re
@@ -36,7 +43,11 @@ FORBIDDEN_NAMES = frozenset({
     "open", "input", "print", "eval", "exec", "compile", "__import__", "globals", "locals",
     "vars", "breakpoint", "id", "hash", "exit", "quit", "help", "memoryview", "setattr",
     "delattr", "getattr", "attrgetter", "methodcaller", "Formatter", "get_field", "get_value",
-    "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod"})
+    "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod", "update_wrapper",
+    "wraps"})
+# the classes a match statement's class pattern may name: plain data, no __match_args__ to set
+MATCHABLE = frozenset({"int", "float", "complex", "str", "bytes", "bytearray", "bool", "list",
+                       "tuple", "dict", "set", "frozenset"})
 NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
 INTROSPECTION_PREFIXES = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")
 # modules with process state, whatever the interpreter's allowed modules import
@@ -52,11 +63,41 @@ def static_reason(reference: str) -> str | None:
         if not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign)) and \
                 not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
             return "module_code"
+    type_of = {id(n.func) for n in ast.walk(tree)
+               if isinstance(n, ast.Call) and len(n.args) == 1 and not n.keywords}
     for node in ast.walk(tree):
         reason = _forbidden(node)
+        if reason is None and isinstance(node, ast.Name) and node.id == "type" and \
+                id(node) not in type_of:
+            reason = "type"  # type(name, bases, namespace) makes classes of run-time names
         if reason:
             return f"forbidden:{reason}"
+    free = _free_names(tree)
+    if free:
+        return f"forbidden:{free[0]}"
     return "forbidden:module_value" if _modules_as_values(tree) else None
+
+
+def _free_names(tree: ast.Module) -> list[str]:
+    """Names the program loads and binds nowhere, builtins aside: names it expects to find in
+    its globals, which only a trick puts there (functools.update_wrapper filled them with a
+    module's globals). The missing imports of known names were added by parse_proposal."""
+    bound = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+    return [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load) and n.id not in bound]
 
 
 def _modules_as_values(tree: ast.Module) -> bool:
@@ -84,13 +125,22 @@ def _forbidden(node: ast.AST) -> str | None:
         for module in modules:
             if module.split(".")[0] not in ALLOWED_IMPORTS:
                 return module.split(".")[0] or "relative_import"
-        if isinstance(node, ast.ImportFrom):
-            return next((a.name for a in node.names if _forbidden_name(a.name)
-                         or a.name in _module_attributes()), None)
+        if isinstance(node, ast.ImportFrom):  # `from typing import _eval_type`
+            return next((a.name for a in node.names if _forbidden_attribute(a.name)), None)
     if isinstance(node, ast.Name) and _forbidden_name(node.id):
         return node.id
     if isinstance(node, ast.Attribute) and _forbidden_attribute(node.attr):
         return node.attr
+    if isinstance(node, ast.Attribute) and node.attr in ("format", "format_map") and \
+            not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        return node.attr  # a format string built at run time looks attributes up by name
+    if isinstance(node, ast.MatchClass):  # `case object(__self__=x)` is a lookup by name
+        if not (isinstance(node.cls, ast.Name) and node.cls.id in MATCHABLE):
+            return "match_class"
+        return next((a for a in node.kwd_attrs if _forbidden_attribute(a)), None)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+            node.name.startswith("__"):
+        return node.name  # a dunder method: __instancecheck__, __eq__, __getattr__ ...
     if isinstance(node, (ast.Global, ast.Nonlocal)):
         return "global"
     if isinstance(node, ast.Constant) and isinstance(node.value, str):

@@ -56,6 +56,24 @@ from spade_ray.tasks.static import static_reason
      "forbidden:f_builtins"),
     ("def f(x: int) -> int:\n    g = (i for i in [1])\n    return x + g.gi_code.co_flags",
      "forbidden:co_flags"),
+    # a fourth red-team pass: lookups by name that are not attributes, strings built at run time
+    ("def f(a: int) -> int:\n    match len:\n        case object(__self__=object(__import__=i)):"
+     "\n            return a + int(i('os').times().elapsed // 3) % 2\n    return a",
+     "forbidden:match_class"),
+    ("def f(a: int) -> int:\n    match (a,):\n        case tuple(gi_frame=g):\n"
+     "            return a\n    return a", "forbidden:gi_frame"),
+    ("def f(a: int) -> int:\n    M = type('M', (type,), {})\n    return a", "forbidden:type"),
+    ("def f(a: int) -> int:\n    t = type\n    return a + len(str(t(a)))", "forbidden:type"),
+    ("def f(a: int) -> int:\n    def __instancecheck__(c, x):\n        return True\n"
+     "    return a", "forbidden:__instancecheck__"),
+    ("from typing import _eval_type, List\ndef f(a: int) -> int:\n    return a",
+     "forbidden:_eval_type"),
+    ("import functools, statistics\ndef f(a: int) -> int:\n    g = {}\n"
+     "    functools.update_wrapper(g, statistics.mean, assigned=(), updated=('_' + '_dict__',))"
+     "\n    return a", "forbidden:update_wrapper"),
+    ("from statistics import mean\ndef f(a: int) -> int:\n"
+     "    return a + len(('{0._' + '_globals__}').format(mean))", "forbidden:format"),
+    ("def f(a: int) -> int:\n    return a + len(sys.argv)", "forbidden:sys"),
     # evaluated annotations
     ("import typing\ndef g(a: 'len(typing.sys.modules)'):\n    pass\ndef f(x: int) -> int:\n"
      "    return x + typing.get_type_hints(g)['a']", "forbidden:get_type_hints"),
@@ -72,6 +90,14 @@ def test_modules_followed_by_an_attribute_and_unknown_submodules_pass():
                          "isinstance(x, collections.abc.Set)") is None
     assert static_reason("from collections.nope import x\ndef f(n: int) -> int:\n"
                          "    return n") is None  # it fails when it runs
+
+
+def test_plain_matches_and_literal_format_strings_pass():
+    assert static_reason("def f(a: int) -> str:\n    match a:\n        case int(real=r) if r > 1:"
+                         "\n            return '{}!'.format(r)\n        case _:\n"
+                         "            return f'{a!r:>{a}}'") is None
+    assert static_reason("def f(a: int) -> str:\n    match [a]:\n        case [int(x)]:\n"
+                         "            return '{} {}'.format(x, type(x))\n    return ''") is None
 
 
 def test_namedtuple_methods_are_not_private_attributes():
