@@ -21,7 +21,10 @@ from spade_ray.records import ExecResult, ExecStatus, Limits
 # f"{object()}") may agree between two interpreters by chance (1 in 2 for one bit), and such a
 # task is graded by luck, a pass rate the generator's reward would pay for. A third interpreter
 # halves that chance again, and the second pass catches the bits that follow the heap (the
-# low bits of an address) rather than the layout. Cost: ~40 ms of CPU per interpreter.
+# low bits of an address) rather than the layout. The second pass calls the inputs in reverse
+# order, so an answer that follows the calls before it (a mutable default counting them) moves,
+# and each interpreter's environment holds a random value of its own, so one read from the
+# environment differs. Cost: ~40 ms of CPU per interpreter.
 INTERPRETERS = 3
 PASSES = 2  # over the inputs, in each interpreter
 #
@@ -54,9 +57,9 @@ namespace = {"__name__": "reference"}
 exec(compile(job["source"], "<reference>", "exec"), namespace)
 
 
-def answers():
+def answers(calls):
     results = []
-    for args in job["calls"]:
+    for args in calls:
         try:
             results.append(["ok", repr(namespace[job["entry"]](*ast.literal_eval(args)))])
         except BaseException as e:
@@ -64,18 +67,19 @@ def answers():
     return results
 
 
-first = answers()
+first = answers(job["calls"])
 ballast = [object() for _ in range(100000)]  # 1.6 MB: a new arena, the heap moves
-out.write(json.dumps(first if answers() == first else "nondeterministic"))
+again = answers(job["calls"][::-1])[::-1]
+out.write(json.dumps(first if again == first else "nondeterministic"))
 out.flush()
 '''
 DRIVER = r'''
-import json, subprocess, sys
+import json, os, subprocess, sys
 job = sys.stdin.read()
 runs = []
 for _ in range(INTERPRETERS):
     done = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=job, text=True,
-                          capture_output=True, env={})
+                          capture_output=True, env={"SPADE_NONCE": os.urandom(8).hex()})
     runs.append([done.returncode, done.stdout[-4000000:], done.stderr[-2000:]])
 print(json.dumps(runs))
 '''.replace("RUNNER", repr(RUNNER)).replace("INTERPRETERS", str(INTERPRETERS))

@@ -105,6 +105,9 @@ def test_a_reference_that_depends_on_the_hash_seed_is_nondeterministic(sandbox):
     "    return n + (next(iter({a, b})) is a)",
     # state kept between calls (a mutable default): an input's answer follows the calls before
     "def f(n: int, seen: list = []) -> int:\n    seen.append(n)\n    return n + len(seen)",
+    # ... even when the count repeats with the same period in both passes (a fourth red-team
+    # pass had this admitted: 4 inputs, answers by len(seen) % 4)
+    "def f(n: int, seen: list = []) -> int:\n    seen.append(n)\n    return n + len(seen) % 4",
 ])
 def test_a_reference_whose_answer_follows_its_process_is_nondeterministic(sandbox, body):
     """Each of these gives the same answers in two fresh interpreters, so the old check (two
