@@ -27,10 +27,13 @@ Every rejection has a short, countable reason (the round's metrics count them):
                 trivial_passes:lookup   a table of the shown examples plus one guessed value
                                         (a shown output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
-                                        reference's mutants that answer at least one of them
-                                        (one that raises or times out on every example is
-                                        killed by any input: left out; none left scores 0)
-                no_killed_mutant        repair: no such mutant is caught, so there is no bug to fix
+                                        reference's mutants, leaving out those any input
+                                        kills (raising everywhere, or failing everywhere from
+                                        code no input reaches: `counted`); none left scores 0
+                no_mutants              a generated reference with no mutation site: nothing
+                                        shows that its examples test it
+                no_killed_mutant        repair: no mutant that returns is caught, so there is
+                                        no bug to fix
     held out    validation_twin:<id>    a validation problem's solution gives every expected
                                         output: the task is that problem (decontamination.py)
     integrity   reference_fails_examples the trusted grader does not reproduce the outputs
@@ -77,10 +80,12 @@ from spade_ray.records import (
 from spade_ray.tasks import driver
 from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, twins
+from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.mutation import mutants
 from spade_ray.tasks.static import static_reason
 
+MUTANT_ROLES = {False: "mutant", True: "mutant:fixed"}  # by Mutant.fixed
 MUTANT_SLOWDOWN = 4.0  # a mutant's budget, in times the reference's check (_mutant_limits)
 PREDICT_ENTRY = "answer"  # the function a predict candidate defines (families.py)
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
@@ -198,8 +203,9 @@ def _job(proposal: Proposal, inputs: Sequence[tuple]) -> str:
 
 
 def _seed(proposal: Proposal) -> int:
-    """The proposal's own seed for sampling its mutants and augmented inputs."""
-    return int(hashlib.sha256(proposal.reference.encode()).hexdigest()[:8], 16)
+    """The proposal's own seed for sampling its mutants and augmented inputs: of its program's
+    normalised form, so that a generator cannot draw another sample by respacing it."""
+    return int(normalised_hash(proposal.reference)[:8], 16)
 
 
 def _core(proposal: Proposal, run, config: AdmissionConfig,
@@ -303,7 +309,7 @@ def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
     `check_timeout_s` (meant for mutants that loop), a make run whose learner shared the cores
     timed one out and rejected a sound task as reference_fails_examples. Mutants come in two
     batches: `max_mutants`, then as many more for a proposal whose first ones did not all
-    answer (`answered`), so that mutants killed by any input cannot thin out the sample."""
+    count (`counted`), so that mutants killed by any input cannot thin out the sample."""
     suites = {key: TestSuite(examples=core.examples, entry_point=p.entry_point)
               for key, (p, core) in cores.items()}
     references = executor.check_many([p.reference for p, _ in cores.values()],
@@ -318,14 +324,13 @@ def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
         pools[key] = mutants(p.reference, 2 * config.max_mutants, _seed(p))
         budgets[key] = _mutant_limits(limits, config, reference.execution.cpu_s,
                                       reference.execution.wall_s)
-        first += [(key, "mutant", code, budgets[key])
-                  for code in pools[key][:config.max_mutants]]
+        first += [(key, MUTANT_ROLES[m.fixed], m.code, budgets[key])
+                  for m in pools[key][:config.max_mutants]]
     _run_checks(first, suites, executor, out)
-    second = [(key, "mutant", code, budgets[key])
+    second = [(key, MUTANT_ROLES[m.fixed], m.code, budgets[key])
               for key, pool in pools.items()
-              if sum(role == "mutant" and answered(r) for role, _, r in out[key])
-              < config.max_mutants
-              for code in pool[config.max_mutants:]]
+              if sum(counted(role, r) for role, _, r in out[key]) < config.max_mutants
+              for m in pool[config.max_mutants:]]
     _run_checks(second, suites, executor, out)
     return out
 
@@ -382,32 +387,41 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
         if len(core.examples) >= 3 and len({e.expected for e in core.examples}) <= 2:
             return reject("trivial_passes:two_valued")
         asked = fair[-1]
-    run = [(code, r) for role, code, r in checks
-           if role == "mutant" and r.execution.status is not ExecStatus.SANDBOX_ERROR]
-    judged = [(code, r) for code, r in run if answered(r)][:config.max_mutants]
-    killed = [(code, r) for code, r in judged if not r.passed]
-    score = len(killed) / len(judged) if judged else (0.0 if run else None)
+    run = [(role, code, r) for role, code, r in checks
+           if role in MUTANT_ROLES.values() and r.execution.status is not ExecStatus.SANDBOX_ERROR]
+    if not run and source is TaskSource.GENERATED:
+        return reject("no_mutants")
+    judged = [r for role, _, r in run if counted(role, r)][:config.max_mutants]
+    killed = sum(not r.passed for r in judged)
+    score = killed / len(judged) if judged else (0.0 if run else None)
     if score is not None and score < config.min_mutation_score:
         return Admitted(p, family, None, "weak_examples", cpu, score)
     buggy = None
     if family is TaskFamily.REPAIR:
-        if not killed:
+        bugs = [(code, r) for role, code, r in run if not r.passed and counted(role, r)]
+        if not bugs:
             return Admitted(p, family, None, "no_killed_mutant", cpu, score)
-        # The subtlest caught bug: the mutant that passes the most examples.
-        buggy = max(killed, key=lambda k: sum(o.outcome == "passed" for o in k[1].outcomes))[0]
+        # The subtlest caught bug that returns at all: the mutant that passes most examples.
+        buggy = max(bugs, key=lambda k: sum(o.outcome == "passed" for o in k[1].outcomes))[0]
     task = make_task(p, family, topic, core.examples, asked, buggy, limits, config, source,
                      generator_version)
     return Admitted(p, family, task, "", cpu, score)
 
 
-def answered(check: CheckResult) -> bool:
-    """Whether a program returned on at least one example (right or wrong). A mutant that
-    returns on none, raising or timing out on every example, says nothing of the examples: any
-    one input kills it. Mutation adequacy leaves such mutants out, or a reference could buy its
-    score with them, e.g. a guard of constant comparisons (`if not (2 < 3 and 4 > 1): raise`)
-    whose mutated constants raise everywhere (0.875 where its examples killed 0.125 of the
-    rest), and a repair task never takes one as its bug."""
-    return any(o.outcome is not Verdict.ERROR for o in check.outcomes)
+def counted(role: str, check: CheckResult) -> bool:
+    """Whether a mutant's check counts in mutation adequacy. Not when it fails every example
+    where it did not even return (raising or timing out everywhere), nor when it fails every
+    example and its mutation is in code no input reaches (Mutant.fixed): any one input kills
+    those, so they say nothing of the examples, and they are what a reference pads its score
+    with: a guard of constant comparisons whose mutants raise everywhere (0.875 where its
+    examples killed 0.125 of the rest), or constant arithmetic added to the answer (`base = k
+    * m + n - 5` with constant k, m, n: 0.5 where 0.0). A real bug that fails every example
+    (`a + b` for `a * b`) still counts."""
+    if role not in MUTANT_ROLES.values():
+        return False
+    returned = any(o.outcome is not Verdict.ERROR for o in check.outcomes)
+    passed_one = any(o.outcome is Verdict.PASSED for o in check.outcomes)
+    return returned and (passed_one or role == MUTANT_ROLES[False])
 
 
 def make_task(p: Proposal, family: TaskFamily, topic: str, examples: tuple[IOExample, ...],

@@ -3,18 +3,21 @@
 Two uses. Mutation adequacy: a task's examples must tell the reference from most of its mutants
 (an example set that no off-by-one or flipped comparison changes grades nothing). Repair tasks:
 a mutant that the examples catch is the buggy program the solver fixes, so the generator never
-has to write a bug. The operators are the classic ones of mutation testing (Offutt et al.,
-"An experimental determination of sufficient mutant operators", 1996): relational, arithmetic,
-logical and unary operator replacement, constant off-by-one, and swapping min/max, any/all,
-True/False. Equivalent mutants exist (e.g. `<` vs `<=` on values that never tie), which is why
-adequacy is a fraction, not "all killed". Hand-written: mutmut and cosmic-ray mutate files on
-disk and run a test command per mutant; we need mutant sources in memory to run in the sandbox.
+has to write a bug. The operators are the classic ones of mutation testing (Offutt et al., "An
+experimental determination of sufficient mutant operators", 1996): relational, arithmetic,
+logical and unary operator replacement, constant off-by-one, a changed string constant, and
+swapping min/max, any/all, True/False, a str method for its twin (upper/lower ...) and one of
+operator's functions for another (operator.add/sub ...). Equivalent mutants exist (e.g. `<` vs
+`<=` on values that never tie), which is why adequacy is a fraction, not "all killed".
+Hand-written: mutmut and cosmic-ray mutate files on disk and run a test command per mutant; we
+need mutant sources in memory to run in the sandbox.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import random
 
 _COMPARE = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
@@ -24,13 +27,24 @@ _BINARY = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.FloorDiv: 
            ast.Div: ast.Mult, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}
 _BOOL = {ast.And: ast.Or, ast.Or: ast.And}
 _NAMES = {"min": "max", "max": "min", "any": "all", "all": "any"}
+# methods of str (and operator's functions) swapped for their twin: a reference written with
+# them had no mutation site, and its examples were never tested (a fourth red-team pass)
+_METHODS = {"upper": "lower", "lower": "upper", "startswith": "endswith",
+            "endswith": "startswith", "lstrip": "rstrip", "rstrip": "lstrip", "find": "rfind",
+            "rfind": "find", "index": "rindex", "rindex": "index", "isupper": "islower",
+            "islower": "isupper", "isdigit": "isalpha", "isalpha": "isdigit"}
+_OPERATOR = {"add": "sub", "sub": "add", "mul": "add", "floordiv": "mul", "truediv": "mul",
+             "mod": "floordiv", "pow": "mul", "lt": "le", "le": "lt", "gt": "ge", "ge": "gt",
+             "eq": "ne", "ne": "eq", "and_": "or_", "or_": "and_", "contains": "is_not"}
 
 
 class _Mutator(ast.NodeTransformer):
     """Counts mutation sites in a fixed walk order; applies the one numbered `target`."""
 
-    def __init__(self, target: int = -1) -> None:
-        self.target, self.sites = target, 0
+    def __init__(self, target: int = -1, from_operator: frozenset[str] = frozenset()) -> None:
+        self.target, self.sites, self.from_operator = target, 0, from_operator
+        self.statements: list[ast.stmt] = []
+        self.hit: ast.stmt | None = None  # the statement the applied mutation is in
 
     def visit(self, node: ast.AST) -> ast.AST:
         # A condition or a sum of literals alone (`if not (2 < 3 and 6 // 2 == 3): raise`) is
@@ -40,11 +54,19 @@ class _Mutator(ast.NodeTransformer):
             (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not))
         if literal and not any(isinstance(n, ast.Name) for n in ast.walk(node)):
             return node
-        return super().visit(node)
+        if not isinstance(node, ast.stmt):
+            return super().visit(node)
+        self.statements.append(node)
+        try:
+            return super().visit(node)
+        finally:
+            self.statements.pop()
 
     def _site(self) -> bool:
         hit = self.sites == self.target
         self.sites += 1
+        if hit and self.statements:
+            self.hit = self.statements[-1]
         return hit
 
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
@@ -78,9 +100,25 @@ class _Mutator(ast.NodeTransformer):
             return node.operand
         return node
 
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        if isinstance(node.value, ast.Constant):  # a docstring: no behaviour to change
+            return node
+        return self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        table = _OPERATOR if isinstance(node.value, ast.Name) and node.value.id == "operator" \
+            else _METHODS
+        if node.attr in table and self._site():
+            node.attr = table[node.attr]
+        return node
+
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
         value = node.value
-        if isinstance(value, bool):
+        if isinstance(value, str):
+            if self._site():
+                return ast.copy_location(ast.Constant(value + "X"), node)
+        elif isinstance(value, bool):
             if self._site():
                 return ast.copy_location(ast.Constant(not value), node)
         elif isinstance(value, int):
@@ -91,30 +129,86 @@ class _Mutator(ast.NodeTransformer):
         return node
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
-        if node.id in _NAMES and isinstance(node.ctx, ast.Load) and self._site():
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        if node.id in _NAMES and self._site():
             return ast.copy_location(ast.Name(_NAMES[node.id], ast.Load()), node)
+        if node.id in self.from_operator and node.id in _OPERATOR and self._site():
+            # `from operator import add`: the twin may not be imported, so it is fetched
+            twin = ast.parse(f"__import__('operator').{_OPERATOR[node.id]}", mode="eval")
+            return ast.copy_location(twin.body, node)
         return node
 
 
-def mutants(source: str, limit: int, seed: int = 0) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    code: str
+    # the mutation is in a statement that no input reaches through data (`base = k * m - 2`
+    # with k and m constants): a mutant that then fails every example was failed by the
+    # program's constants, not caught by its examples (admission.counted)
+    fixed: bool
+
+
+def mutants(source: str, limit: int, seed: int = 0) -> list[Mutant]:
     """Up to `limit` distinct mutants of `source` (each differs from it by one operator), a
     seeded sample when there are more; [] when the source does not parse."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    counter = _Mutator()
+    from_operator = frozenset(a.asname or a.name for n in ast.walk(tree)
+                              if isinstance(n, ast.ImportFrom) and n.module == "operator"
+                              for a in n.names)
+    counter = _Mutator(from_operator=from_operator)
     counter.visit(copy.deepcopy(tree))
     original = ast.unparse(tree)
-    out: dict[str, None] = {}
+    inputs = _input_names(tree)
+    out: dict[str, bool] = {}
     for site in random.Random(seed).sample(range(counter.sites), counter.sites):
-        mutated = ast.fix_missing_locations(_Mutator(site).visit(copy.deepcopy(tree)))
+        mutator = _Mutator(site, from_operator)
+        mutated = ast.fix_missing_locations(mutator.visit(copy.deepcopy(tree)))
         try:
             text = ast.unparse(mutated)
         except (ValueError, RecursionError):  # a mutated constant Python cannot write back
             continue
         if text != original:
-            out.setdefault(text + "\n")
+            out.setdefault(text + "\n", not (_names(mutator.hit) & inputs))
         if len(out) == limit:
             break
-    return list(out)
+    return [Mutant(code, fixed) for code, fixed in out.items()]
+
+
+def _names(statement: ast.stmt | None) -> set[str]:
+    """The names a statement's own expressions use (a compound statement's header only: an
+    `if`'s test, a `for`'s target and iterable, not its body)."""
+    if statement is None:
+        return set()
+    parts = []
+    for _, value in ast.iter_fields(statement):
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, (ast.expr, ast.arguments, ast.withitem, ast.keyword)):
+                parts.append(item)
+    return {n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name)}
+
+
+def _input_names(tree: ast.Module) -> set[str]:
+    """The functions' parameters and every name assigned from an expression that uses one
+    (a fixed point over assignments, augmented ones, loops, comprehensions and `:=`)."""
+    names = {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    flows = []  # (the names a value uses, the names it is stored in)
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and n.value:
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            flows.append((n.value, targets))
+        elif isinstance(n, (ast.For, ast.comprehension)):
+            flows.append((n.iter, [n.target]))
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            flows.append((n.context_expr, [n.optional_vars]))
+    flows = [({m.id for m in ast.walk(value) if isinstance(m, ast.Name)},
+              {m.id for t in targets for m in ast.walk(t) if isinstance(m, ast.Name)})
+             for value, targets in flows]
+    while True:
+        grown = names.union(*(stored for used, stored in flows if used & names))
+        if grown == names:
+            return names
+        names = grown

@@ -1,6 +1,7 @@
 """Admission by execution: one task per rule, breaking exactly that rule (real sandbox)."""
 
 import dataclasses
+import functools
 import json
 
 import pytest
@@ -186,6 +187,9 @@ WEAK = ("    if a > 1000 and b < 7:\n        return a * b - 3\n    return a + b"
     # more mutants are drawn so that the rest still make a sample
     "    two, three = 2, 3\n    if not (two < three and three > 1 and three - two == 1 and "
     "three // two == 1 and three % two == 1):\n        raise ValueError('bad')\n",
+    # input-independent arithmetic added to the answer: its mutants change every answer, so
+    # every input kills them (a fourth red-team pass: 0.5 where the plain reference had 0.0)
+    "    k, m, n = 1, 2, 3\n    base = k * m + n - 5\n    a += base\n",
 ])
 def test_padding_does_not_make_weak_examples_strong(sandbox, padding):
     """A third red-team pass had the first two admitted (mutation scores 1.0 and 0.875, where
@@ -197,10 +201,37 @@ def test_padding_does_not_make_weak_examples_strong(sandbox, padding):
     assert v.reason == "weak_examples" and v.mutation_score <= 0.25
 
 
+def test_a_reference_written_without_operators_is_still_mutated(sandbox):
+    """Written with operator's functions and string constants, a reference had no mutation
+    site, no mutation score, and weak examples admitted (a fourth red-team pass)."""
+    p = proposal("import operator\ndef f(a: int, b: int) -> int:\n"
+                 "    if operator.gt(a, int('5000')):\n"
+                 "        return operator.sub(operator.mul(a, b), int('3'))\n"
+                 "    return operator.add(a, b)", WEAK[1])
+    assert verdict(sandbox, p).reason == "weak_examples"
+    p = proposal("def f(s: str) -> str:\n    return s.replace('zzz', 'Q').upper()",
+                 "f('abc')\nf('hello world')\nf('xy')")
+    assert verdict(sandbox, p).reason == "weak_examples"
+
+
+def test_a_generated_reference_without_a_mutation_site_is_not_a_task(sandbox):
+    p = proposal("def f(s: str) -> str:\n    return s.swapcase()", "f('aB')\nf('xyZ')\nf('Q')")
+    assert verdict(sandbox, p).reason == "no_mutants"
+    seed = admit([p], [CODEGEN], ["strings"], sandbox, LIMITS, source=TaskSource.SEED)[0]
+    assert seed.valid and seed.mutation_score is None  # the shipped pool is curated
+
+
+def test_examples_that_catch_every_mutant_everywhere_are_strong(sandbox):
+    p = proposal("def f(a: int, b: int) -> int:\n    return a * b + 1", "f(2, 3)\nf(4, 5)\nf(6, 7)")
+    v = verdict(sandbox, p)
+    assert v.valid and v.mutation_score == 1.0
+
+
 def test_repair_needs_a_mutant_the_examples_catch(sandbox):
-    p = proposal("def f(s: str) -> str:\n    return s.upper()", "f('a')\nf('bc')\nf('xyz')")
-    assert verdict(sandbox, p, CODEGEN).valid
-    assert verdict(sandbox, p, REPAIR).reason == "no_killed_mutant"
+    p = proposal("def f(s: str) -> str:\n    return s.swapcase()", "f('a')\nf('bc')\nf('xyz')")
+    seed = functools.partial(admit, executor=sandbox, limits=LIMITS, source=TaskSource.SEED)
+    assert seed([p], [CODEGEN], ["strings"])[0].valid  # a seed need not have a mutant
+    assert seed([p], [REPAIR], ["strings"])[0].reason == "no_killed_mutant"
 
 
 def test_a_reference_whose_printed_output_lies_fails_the_trusted_check(sandbox):
@@ -363,7 +394,7 @@ def test_augmented_examples_do_not_stand_in_for_the_generators_own(sandbox):
 def test_augmented_inputs_kill_mutants_the_generators_own_miss(sandbox):
     # Own inputs never reach the else branch (a >= 3); a one-step change of a does.
     p = proposal("def f(a: int, b: int) -> int:\n    return a + b if a < 3 else a - b",
-                 "f(1, 2)\nf(2, 4)\nf(0, 5)")
+                 "f(2, 3)\nf(1, 4)\nf(2, 6)")  # this program's seed draws a = 3 twice
     assert verdict(sandbox, p).reason == "weak_examples"
     v = verdict(sandbox, p, config=AUGMENT)
     assert v.valid and v.mutation_score > verdict(sandbox, p).mutation_score

@@ -1,4 +1,11 @@
-from spade_ray.tasks.mutation import mutants
+import ast
+
+from spade_ray.tasks import mutation
+
+
+def mutants(source: str, limit: int, seed: int = 0) -> list[str]:
+    return [m.code for m in mutation.mutants(source, limit, seed)]
+
 
 SOURCE = """def f(xs, k):
     total = 0
@@ -34,3 +41,29 @@ def test_conditions_of_literals_alone_are_not_mutated():
     out = mutants(guard + "    return -1 if x < 0 else x * 2\n", 50)
     assert out and all("not (2 < 3 and 6 // 2 == 3)" in m for m in out)
     assert any("return 1 if" in m for m in out) and any("x <= 0" in m for m in out)
+
+
+def test_string_constants_methods_and_operator_functions_are_sites():
+    out = mutants("def f(s):\n    \"\"\"Doc.\"\"\"\n    return s.replace('zzz', 'Q').upper()\n", 50)
+    assert sorted(m.splitlines()[-1].strip() for m in out) == [
+        "return s.replace('zzz', 'Q').lower()", "return s.replace('zzz', 'QX').upper()",
+        "return s.replace('zzzX', 'Q').upper()"]  # the docstring is no site
+    out = mutants("import operator\nfrom operator import gt\ndef f(a, b):\n"
+                  "    return operator.add(a, b) if gt(a, b) else 0\n", 50)
+    assert any("operator.sub(a, b)" in m for m in out)
+    assert any("__import__('operator').ge(a, b)" in m for m in out)
+    for code in out:
+        compile(code, "<mutant>", "exec")
+
+
+def test_a_mutation_in_code_no_input_reaches_is_marked_fixed():
+    source = ("def f(a, b, scale=1):\n    k, m = 1, 2\n    base = k * m - 2\n    c = a + 1\n"
+              "    if c > 5:\n        return a * b + base\n    return a + b * scale\n")
+    original = ast.unparse(ast.parse(source)).splitlines()
+    fixed = {}
+    for m in mutation.mutants(source, 100):
+        changed = [i for i, line in enumerate(m.code.splitlines()) if line != original[i]]
+        fixed.setdefault(changed[0], set()).add(m.fixed)
+    # the default, the constants and what is computed from them alone: no input reaches them
+    assert fixed == {0: {True}, 1: {True}, 2: {True}, 3: {False}, 4: {False}, 5: {False},
+                     6: {False}}
