@@ -21,9 +21,11 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         predict, the asked call's answer is such a constant
                                         (so no bool: a guess passes half the time), an echo
                                         or a literal of the program;
-                trivial_passes:two_valued predict: 3 or more examples give at most two
-                                        answers: a coin flip however it is spelt ('ny'[c],
-                                        [c], str(c), n % 2 * 2 - 1);
+                trivial_passes:bool     predict: a bool by another name ('True', [c], (n, c)
+                                        with n an argument);
+                trivial_passes:two_valued predict: the answers, or those of the asked call's
+                                        `return`, take at most two values: a coin flip however
+                                        it is spelt ('ny'[c], n % 2 * 2 - 1; coin_flip);
                 trivial_passes:lookup   a table of the shown examples plus one guessed value
                                         (a shown output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
@@ -87,6 +89,7 @@ from spade_ray.tasks.static import static_reason
 
 MUTANT_ROLES = {False: "mutant", True: "mutant:fixed"}  # by Mutant.fixed
 MUTANT_SLOWDOWN = 4.0  # a mutant's budget, in times the reference's check (_mutant_limits)
+SAME_RETURN_EVIDENCE = 5  # answers of one `return` that show it has at most two (coin_flip)
 PREDICT_ENTRY = "answer"  # the function a predict candidate defines (families.py)
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
 NULL_CONSTANTS = {"none": "None", "zero": "0", "one": "1", "true": "True", "false": "False",
@@ -149,6 +152,7 @@ class _Core:
     examples: tuple[IOExample, ...]
     own: int
     cpu_s: float
+    lines: tuple[int, ...] = ()  # per example, the line of the `return` that answered it
 
 
 def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics: Sequence[str],
@@ -215,7 +219,7 @@ def _core(proposal: Proposal, run, config: AdmissionConfig,
     if isinstance(results, str):
         return results
     own = _examples(proposal.inputs, results)
-    more: list[IOExample] = []
+    more: list[tuple[IOExample, int]] = []
     if extra_run is not None:
         extra_results = driver.answers(extra_run, len(extras), config.max_reference_cpu_s)
         if extra_results == "nondeterministic":
@@ -224,22 +228,26 @@ def _core(proposal: Proposal, run, config: AdmissionConfig,
             more = _examples(extras, extra_results)
     if not own or len(own) + len(more) < config.min_examples:
         return "reference_raises"
-    examples = tuple(own + more)
+    examples = tuple(e for e, _ in own + more)
     if len({e.expected for e in examples}) == 1:
         return "constant_outputs"
     return _Core(examples, len(own),
-                 run.cpu_s + (extra_run.cpu_s if extra_run is not None else 0.0))
+                 run.cpu_s + (extra_run.cpu_s if extra_run is not None else 0.0),
+                 tuple(line for _, line in own + more))
 
 
-def _examples(inputs: Sequence[tuple], results: list) -> list[IOExample]:
-    """The examples of the inputs the reference answered with plain data."""
+def _examples(inputs: Sequence[tuple], results: list) -> list[tuple[IOExample, int]]:
+    """The examples of the inputs the reference answered with plain data, each with the line
+    of the `return` that answered it (0 when the driver did not say)."""
     examples = []
     for args, result in zip(inputs, results):
-        kind, text = result if isinstance(result, list) and len(result) == 2 else ("", None)
-        if kind != "ok" or not isinstance(text, str) or len(text) > MAX_REPR_CHARS:
+        ok = isinstance(result, list) and len(result) in (2, 3) and result[0] == "ok"
+        text = result[1] if ok else None
+        if not isinstance(text, str) or len(text) > MAX_REPR_CHARS:
             continue
+        line = result[2] if len(result) == 3 and isinstance(result[2], int) else 0
         try:
-            examples.append(canonical.example(args, ast.literal_eval(text)))
+            examples.append((canonical.example(args, ast.literal_eval(text)), line))
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError,
                 canonical.NotPlainData):
             continue  # not plain data (an object, NaN, a frozenset): not an example
@@ -297,8 +305,44 @@ def guessed_answers(p: Proposal, examples: Sequence[IOExample]) -> list[str | No
                      for i, arg in enumerate(canonical.decode(e.args))
                      if canonical.encode(arg) == e.expected), None)
         out.append(nulls.get(e.expected) or echo or ("literal" if e.expected in literals
-                                                      else None))
+                                                      else None)
+                   or ("bool" if _bool_like(e) else None))
     return out
+
+
+def _bool_like(example: IOExample) -> bool:
+    """A bool by another name: 'True' or 'False', or a tuple or list of bools once the items
+    that repeat an argument are left out (`(n, n % 7 == 3)`)."""
+    answer = canonical.decode(example.expected)
+    if answer in ("True", "False") and isinstance(answer, str):
+        return True
+    rest = canonical.decode(_without_echoes(example))
+    return isinstance(answer, (tuple, list)) and bool(rest) and \
+        all(isinstance(x, bool) for x in rest)
+
+
+def coin_flip(core: _Core, asked: int) -> bool:
+    """Whether the answer to example `asked` is one of at most two, as 3 or more examples show,
+    or SAME_RETURN_EVIDENCE of those answered by the same `return` (an extra branch for other inputs
+    made a bool by another name look like a question: `return n * 3` for big n, `return
+    str(n % 7 == 3)` for the rest), each answer without the parts that repeat an argument
+    (`(n, n % 7 == 3)`)."""
+    groups = [(range(len(core.examples)), 3)]
+    if len(core.lines) == len(core.examples):  # fewer answers of one `return` are no evidence
+        groups.append(([i for i, line in enumerate(core.lines) if line == core.lines[asked]],
+                       SAME_RETURN_EVIDENCE))  # (an index found at 0, 2, 0)
+    return any(len(group) >= least and len({_without_echoes(core.examples[i])
+                                            for i in group}) <= 2 for group, least in groups)
+
+
+def _without_echoes(example: IOExample) -> str:
+    """The example's answer, as canonical data, without the items of a tuple or list answer
+    that equal one of its arguments."""
+    answer = canonical.decode(example.expected)
+    if not isinstance(answer, (tuple, list)):
+        return example.expected
+    args = {canonical.encode(a) for a in canonical.decode(example.args)}
+    return canonical.encode([x for x in answer if canonical.encode(x) not in args])
 
 
 def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
@@ -384,7 +428,8 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
         fair = [i for i, guess in enumerate(guesses) if guess is None]
         if not fair:
             return reject(f"trivial_passes:{guesses[asked]}")
-        if len(core.examples) >= 3 and len({e.expected for e in core.examples}) <= 2:
+        fair = [i for i in fair if not coin_flip(core, i)]
+        if not fair:
             return reject("trivial_passes:two_valued")
         asked = fair[-1]
     run = [(role, code, r) for role, code, r in checks

@@ -24,7 +24,10 @@ from spade_ray.records import ExecResult, ExecStatus, Limits
 # low bits of an address) rather than the layout. The second pass calls the inputs in reverse
 # order, so an answer that follows the calls before it (a mutable default counting them) moves,
 # and each interpreter's environment holds a random value of its own, so one read from the
-# environment differs. Cost: ~40 ms of CPU per interpreter.
+# environment differs. The first pass also records which line of the entry function returned
+# each answer (a trace of that function's frames only), so that a predict question can be
+# judged among the answers of the same `return` (admission.coin_flips). Cost: ~40 ms of CPU
+# per interpreter.
 INTERPRETERS = 3
 PASSES = 2  # over the inputs, in each interpreter
 #
@@ -57,20 +60,46 @@ namespace = {"__name__": "reference"}
 exec(compile(job["source"], "<reference>", "exec"), namespace)
 
 
-def answers(calls):
+entry = namespace[job["entry"]]
+code = getattr(entry, "__code__", None)
+line = [0]
+
+
+def calls_of_entry(frame, event, arg):
+    if frame.f_code is not code:
+        return None
+    frame.f_trace_lines = False
+    return its_return
+
+
+def its_return(frame, event, arg):
+    if event == "return":
+        line[0] = frame.f_lineno
+    return its_return
+
+
+def answers(calls, traced):
     results = []
     for args in calls:
+        line[0] = 0
+        sys.settrace(calls_of_entry if traced else None)
         try:
-            results.append(["ok", repr(namespace[job["entry"]](*ast.literal_eval(args)))])
+            value = entry(*ast.literal_eval(args))
+            sys.settrace(None)
+            results.append(["ok", repr(value)])
         except BaseException as e:
+            sys.settrace(None)
             results.append(["raise", type(e).__name__])
+        if traced:
+            results[-1].append(line[0])
     return results
 
 
-first = answers(job["calls"])
+first = answers(job["calls"], True)
 ballast = [object() for _ in range(100000)]  # 1.6 MB: a new arena, the heap moves
-again = answers(job["calls"][::-1])[::-1]
-out.write(json.dumps(first if again == first else "nondeterministic"))
+again = answers(job["calls"][::-1], False)[::-1]
+same = [result[:2] for result in first] == again
+out.write(json.dumps(first if same else "nondeterministic"))
 out.flush()
 '''
 DRIVER = r'''
@@ -100,8 +129,9 @@ def driver_limits(limits: Limits) -> Limits:
 
 
 def answers(run: ExecResult, calls: int, max_reference_cpu_s: float) -> list | str:
-    """Per input, ["ok", repr] or ["raise", type name] from a DRIVER run (the interpreters
-    agreeing), or admission's rejection reason. `max_reference_cpu_s` is for two passes."""
+    """Per input, ["ok", repr, line] or ["raise", type name, line] from a DRIVER run (the
+    interpreters agreeing; the line of the entry function's `return` that answered, 0 when
+    none did), or admission's rejection reason. `max_reference_cpu_s` is for two passes."""
     if run.status is ExecStatus.SANDBOX_ERROR:
         return "sandbox_error"
     if run.status is not ExecStatus.OK:

@@ -277,20 +277,31 @@ def test_a_predict_task_never_asks_for_an_answer_a_guess_can_give(sandbox):
     assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:literal"
 
 
-@pytest.mark.parametrize("body", [
-    "def f(n: int) -> str:\n    return 'ny'[n % 7 > 3]",
-    "def f(n: int) -> int:\n    return n % 2 * 2 - 1",
-    "def f(n: int) -> list:\n    return [n % 7 > 3]",
-    "def f(n: int) -> str:\n    return str(n % 7 > 3)",
-    "def f(n: int) -> int:\n    return (n % 7 > 3) * 41 + 1",
+@pytest.mark.parametrize("body, reason", [
+    ("def f(n: int) -> str:\n    return 'ny'[n % 7 > 3]", "two_valued"),
+    ("def f(n: int) -> int:\n    return n % 2 * 2 - 1", "two_valued"),
+    ("def f(n: int) -> list:\n    return [n % 7 > 3]", "bool"),
+    ("def f(n: int) -> str:\n    return str(n % 7 > 3)", "bool"),
+    ("def f(n: int) -> int:\n    return (n % 7 > 3) * 41 + 1", "two_valued"),
+    ("def f(n: int) -> tuple:\n    return (n, n % 7 == 3)", "bool"),  # the echo is free
 ])
-def test_a_predict_task_whose_answers_take_two_values_is_a_coin_flip(sandbox, body):
+def test_a_predict_task_whose_answers_take_two_values_is_a_coin_flip(sandbox, body, reason):
     """A third red-team pass had ones like the first four admitted as questions (and `1 if c
     else -1`, now a literal): a bool by another name, which a solver guesses right half the
     time. As code to write, each is a task."""
     p = proposal(body, "f(1)\nf(5)\nf(9)\nf(12)\nf(20)")
-    assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:two_valued"
+    assert verdict(sandbox, p, PREDICT).reason == f"trivial_passes:{reason}"
     assert verdict(sandbox, p, CODEGEN, AdmissionConfig(min_mutation_score=0.0)).valid
+
+
+@pytest.mark.parametrize("coin_flip", ["str(n % 7 == 3)", "'ny'[n % 7 == 3]"])
+def test_a_coin_flip_behind_an_extra_branch_is_not_asked(sandbox, coin_flip):
+    """A fourth red-team pass had these asked at f(52): a branch for big inputs gave the
+    program more than two answers, but the asked one came from a `return` that has two."""
+    p = proposal(f"def f(n: int):\n    if n > 1000:\n        return n * 3\n"
+                 f"    return {coin_flip}", "f(5000)\nf(3000)\nf(45)\nf(52)")
+    v = verdict(sandbox, p, PREDICT, AUGMENT)
+    assert v.valid and canonical.decode(v.task.visible[0].args) == (3000,)
 
 
 @pytest.mark.parametrize("family", [CODEGEN, REPAIR])
