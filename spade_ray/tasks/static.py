@@ -92,6 +92,9 @@ def _free_names(tree: ast.Module) -> list[str]:
             bound.add(node.arg)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound |= {a.asname or a.name.split(".")[0] for a in node.names}
+            if isinstance(node, ast.ImportFrom) and node.module and \
+                    any(a.name == "*" for a in node.names):
+                bound |= _public_names(node.module)
         elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
             bound.add(node.name)
         elif isinstance(node, ast.MatchMapping) and node.rest:
@@ -157,6 +160,17 @@ def _forbidden_attribute(attr: str) -> bool:
     return (attr.startswith("_") and attr not in NAMEDTUPLE_API) or \
         attr.startswith(INTROSPECTION_PREFIXES) or attr in _module_attributes() or \
         attr in FORBIDDEN_NAMES
+
+
+@functools.cache
+def _public_names(module: str) -> frozenset[str]:
+    """What `from module import *` binds (an allowed module's, so safe to import here)."""
+    try:
+        found = importlib.import_module(module)
+    except ImportError:
+        return frozenset()
+    return frozenset(getattr(found, "__all__", None) or
+                     (name for name in vars(found) if not name.startswith("_")))
 
 
 @functools.cache

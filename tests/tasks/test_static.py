@@ -100,6 +100,13 @@ def test_plain_matches_and_literal_format_strings_pass():
                          "            return '{} {}'.format(x, type(x))\n    return ''") is None
 
 
+def test_names_a_star_import_binds_are_not_free():
+    assert static_reason("from math import *\ndef f(x: float) -> float:\n"
+                         "    return sqrt(x) + floor(x)") is None
+    assert static_reason("from math import *\ndef f(x: float) -> float:\n"
+                         "    return x + len(sys.argv)") == "forbidden:sys"
+
+
 def test_namedtuple_methods_are_not_private_attributes():
     assert static_reason("from collections import namedtuple\nP = namedtuple('P', 'a b')\n"
                          "def f(x: int) -> int:\n    return P(x, 1)._replace(b=2).b + x") is None
