@@ -56,8 +56,8 @@ DUNDER = re.compile(r"__\w+__")
 
 
 def static_reason(reference: str) -> str | None:
-    """Why the reference cannot be a task without running it (`module_code` or
-    `forbidden:<name>`), or None."""
+    """Why the reference cannot be a task without running it (`module_code`,
+    `forbidden:<name>` or `unbound:<name>`), or None."""
     tree = ast.parse(reference)
     for node in tree.body:
         if not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign)) and \
@@ -73,8 +73,8 @@ def static_reason(reference: str) -> str | None:
         if reason:
             return f"forbidden:{reason}"
     free = _free_names(tree)
-    if free:
-        return f"forbidden:{free[0]}"
+    if free:  # a typo (a NameError when it runs), or a trick
+        return f"unbound:{free[0]}"
     return "forbidden:module_value" if _modules_as_values(tree) else None
 
 
