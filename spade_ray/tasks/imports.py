@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
+import importlib
 
 # name -> the module it is taken from ("" for a module used by its own name: `math.sqrt`)
 _FROM = {
@@ -46,27 +48,46 @@ KNOWN = {name: module for module, names in _FROM.items() for name in names} | \
 def missing_imports(tree: ast.Module) -> list[str]:
     """The import lines for the table's names that `tree` loads and never binds, in order of
     first use."""
-    bound, loaded = set(dir(builtins)), []
+    return [f"from {KNOWN[name]} import {name}" if KNOWN[name] else f"import {name}"
+            for name in free_names(tree) if name in KNOWN]
+
+
+def free_names(tree: ast.Module) -> list[str]:
+    """The names `tree` loads and binds nowhere (no assignment, parameter, def, import, loop,
+    comprehension, except or match target; a star import of an allowed module binds its public
+    names), builtins aside, each once, in order of first use."""
+    bound = set(dir(builtins))
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            if isinstance(node.ctx, ast.Load):
-                loaded.append(node.id)
-            else:
-                bound.add(node.id)
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound.add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
         elif isinstance(node, ast.arg):
             bound.add(node.arg)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            if isinstance(node, ast.ImportFrom) and node.module and \
+                    node.module.split(".")[0] in ALLOWED_IMPORTS and \
+                    any(a.name == "*" for a in node.names):
+                bound |= _public_names(node.module)
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
             bound.add(node.name)
-    lines = []
-    for name in dict.fromkeys(loaded):
-        if name in KNOWN and name not in bound:
-            lines.append(f"from {KNOWN[name]} import {name}" if KNOWN[name] else
-                         f"import {name}")
-    return lines
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+    loaded = (n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Load))
+    return [name for name in dict.fromkeys(loaded) if name not in bound]
+
+
+@functools.cache
+def _public_names(module: str) -> frozenset[str]:
+    """What `from module import *` binds (an allowed module: the standard library's)."""
+    try:
+        found = importlib.import_module(module)
+    except ImportError:  # collections.nope: the program fails when it runs
+        return frozenset()
+    return frozenset(getattr(found, "__all__", None) or
+                     (name for name in vars(found) if not name.startswith("_")))
 
 
 def with_missing_imports(source: str) -> str:

@@ -31,13 +31,12 @@ reference that reads the time some other way disagrees with itself and is nondet
 from __future__ import annotations
 
 import ast
-import builtins
 import functools
 import importlib
 import re
 import types
 
-from spade_ray.tasks.imports import ALLOWED_IMPORTS
+from spade_ray.tasks.imports import ALLOWED_IMPORTS, free_names
 
 FORBIDDEN_NAMES = frozenset({
     "open", "input", "print", "eval", "exec", "compile", "__import__", "globals", "locals",
@@ -72,35 +71,12 @@ def static_reason(reference: str) -> str | None:
             reason = "type"  # type(name, bases, namespace) makes classes of run-time names
         if reason:
             return f"forbidden:{reason}"
-    free = _free_names(tree)
-    if free:  # a typo (a NameError when it runs), or a trick
+    # a free name is a typo (a NameError when it runs) or a trick: only something like
+    # functools.update_wrapper filling the program's globals would bind it
+    free = free_names(tree)
+    if free:
         return f"unbound:{free[0]}"
     return "forbidden:module_value" if _modules_as_values(tree) else None
-
-
-def _free_names(tree: ast.Module) -> list[str]:
-    """Names the program loads and binds nowhere, builtins aside: names it expects to find in
-    its globals, which only a trick puts there (functools.update_wrapper filled them with a
-    module's globals). The missing imports of known names were added by parse_proposal."""
-    bound = set(dir(builtins))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            bound.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound |= {a.asname or a.name.split(".")[0] for a in node.names}
-            if isinstance(node, ast.ImportFrom) and node.module and \
-                    any(a.name == "*" for a in node.names):
-                bound |= _public_names(node.module)
-        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            bound.add(node.rest)
-    return [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-            and isinstance(n.ctx, ast.Load) and n.id not in bound]
 
 
 def _modules_as_values(tree: ast.Module) -> bool:
@@ -160,17 +136,6 @@ def _forbidden_attribute(attr: str) -> bool:
     return (attr.startswith("_") and attr not in NAMEDTUPLE_API) or \
         attr.startswith(INTROSPECTION_PREFIXES) or attr in _module_attributes() or \
         attr in FORBIDDEN_NAMES
-
-
-@functools.cache
-def _public_names(module: str) -> frozenset[str]:
-    """What `from module import *` binds (an allowed module's, so safe to import here)."""
-    try:
-        found = importlib.import_module(module)
-    except ImportError:
-        return frozenset()
-    return frozenset(getattr(found, "__all__", None) or
-                     (name for name in vars(found) if not name.startswith("_")))
 
 
 @functools.cache
