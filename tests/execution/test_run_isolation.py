@@ -20,6 +20,15 @@ from tests.execution.test_grader_canaries import ASSERTS, CHECK, CONTROLS, SHAPE
 
 # What a run inherits from its jail: an honest candidate sees the same before and after any
 # other run, whatever that run tried. It runs as a checked program: its own `add` is correct.
+# In a test program: "ok" when the call succeeds, else the errno it failed with.
+ATTEMPT = """
+def attempt(call):
+    try:
+        call()
+        return "ok"
+    except OSError as e:
+        return e.errno
+"""
 FINGERPRINT = """
 import os, resource
 os.makedirs("/work/d/e")
@@ -173,14 +182,8 @@ def test_memory_a_run_left_charged_does_not_count_in_the_next(sandbox):
 
 
 def test_a_program_may_change_its_own_limits_and_scheduling_but_no_other_process(sandbox):
-    code = textwrap.dedent("""
+    code = ATTEMPT + textwrap.dedent("""
         import os, resource
-        def attempt(call):
-            try:
-                call()
-                return "ok"
-            except OSError as e:
-                return e.errno
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         print(attempt(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))),
               attempt(lambda: os.nice(1)), attempt(lambda: os.sched_setaffinity(0, {0})),
@@ -200,16 +203,10 @@ def test_the_page_cache_cannot_be_probed_or_evicted(sandbox):
     can read and later test whether it is cached could keep state from run to run, and so learn
     a test's hidden answers one failed run at a time (a check stops at its first failed assert,
     so being called again says the last guess was right)."""
-    code = textwrap.dedent("""
+    code = ATTEMPT + textwrap.dedent("""
         import ctypes, os
         libc = ctypes.CDLL(None, use_errno=True)
         fd = os.open("/usr/lib/os-release", os.O_RDONLY)
-        def attempt(call):
-            try:
-                call()
-                return "ok"
-            except OSError as e:
-                return e.errno
         stat = ctypes.create_string_buffer(64)
         rng = (ctypes.c_uint64 * 2)(0, 0)
         cachestat = libc.syscall(451, fd, rng, stat, 0)
