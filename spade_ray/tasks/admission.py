@@ -26,7 +26,7 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         with n an argument);
                 trivial_passes:two_valued predict: the answers, or those of the asked call's
                                         `return`, take at most two values: a coin flip however
-                                        it is spelt ('ny'[c], n % 2 * 2 - 1; coin_flip);
+                                        it is spelt ('ny'[c], n % 2 * 2 - 1; guesses.py);
                 trivial_passes:lookup   a table of the shown examples plus one guessed value
                                         (a shown output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
@@ -85,28 +85,14 @@ from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
+from spade_ray.tasks.guesses import coin_flip, guessed_answers, lookup_passes, null_solvers
 from spade_ray.tasks.mutation import mutants
 from spade_ray.tasks.static import static_reason
 
 MUTANT_ROLES = {False: "mutant", True: "mutant:fixed"}  # by Mutant.fixed
 MUTANT_SLOWDOWN = 4.0  # a mutant's budget, in times the reference's check (_mutant_limits)
-SAME_RETURN_EVIDENCE = 5  # answers of one `return` that show it has at most two (coin_flip)
 PREDICT_ENTRY = "answer"  # the function a predict candidate defines (families.py)
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
-NULL_CONSTANTS = {"none": "None", "zero": "0", "one": "1", "true": "True", "false": "False",
-                  "empty_str": "''", "empty_list": "[]", "empty_dict": "{}", "empty_tuple": "()"}
-# Their canonical texts (what an example's expected output is stored as) -> name.
-NULL_ENCODED = {name: canonical.encode(ast.literal_eval(value))
-                for name, value in NULL_CONSTANTS.items()}
-ALWAYS_EQUAL = """
-    class Anything:
-        def __eq__(self, other):
-            return True
-        def __ne__(self, other):
-            return False
-    return Anything()
-"""
-
 @dataclasses.dataclass(frozen=True)
 class AdmissionConfig:
     min_examples: int = 2  # inputs the reference must answer (with plain data)
@@ -255,97 +241,6 @@ def _examples(inputs: Sequence[tuple], results: list) -> list[tuple[IOExample, i
     return examples
 
 
-def null_solvers(signature: str) -> dict[str, str]:
-    """Name -> program: the signature with a body that cannot solve a real task."""
-    programs = {name: f"{signature}\n    return {value}\n"
-                for name, value in NULL_CONSTANTS.items()}
-    for param in _params(signature):
-        programs[f"echo_{param}"] = f"{signature}\n    return {param}\n"
-    programs["always_equal"] = signature + ALWAYS_EQUAL
-    return programs
-
-
-def _params(signature: str) -> list[str]:
-    node = ast.parse(signature + "\n    pass\n").body[0]
-    return [a.arg for a in node.args.posonlyargs + node.args.args]
-
-
-def lookup_passes(examples: Sequence[IOExample], visible: int) -> str | None:
-    """"lookup" when a solver that returns the shown examples' outputs for their inputs, and
-    one guessed value for any other input, passes every example: the hidden examples are none,
-    or all give one value that is a shown output or a null constant (e.g. an is_prime whose
-    augmented inputs are all composite). Such a task pays a solver for copying its prompt."""
-    hidden = {e.expected for e in examples[visible:]}
-    if len(hidden) > 1:
-        return None
-    guessable = {e.expected for e in examples[:visible]} | set(NULL_ENCODED.values())
-    return "lookup" if not hidden or hidden <= guessable else None
-
-
-def guessed_answers(p: Proposal, examples: Sequence[IOExample]) -> list[str | None]:
-    """Per example, the null solver that states its answer as a predict question without
-    reading the program, or None. A predict task is one call, so its null solvers are answers,
-    not programs: a constant (a bool is a coin flip: a solver guessing it passes half the time,
-    the pass rate the generator's learnability reward pays most for), an echo of one of the
-    call's own arguments, or a literal the shown program contains (`return "even" if ... else
-    "odd"` is a coin flip too), compared type-exactly, as the grader compares."""
-    literals = set()
-    for node in ast.walk(ast.parse(p.reference)):
-        signed = isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) \
-            and isinstance(node.operand, ast.Constant)  # -1 is a literal too
-        if signed or isinstance(node, ast.Constant):
-            try:
-                literals.add(canonical.encode(ast.literal_eval(node)))
-            except (canonical.NotPlainData, ValueError, TypeError):
-                continue
-    nulls = {text: name for name, text in NULL_ENCODED.items()}
-    params = _params(p.signature)
-    out = []
-    for e in examples:
-        echo = next((f"echo_{params[i] if i < len(params) else i}"
-                     for i, arg in enumerate(canonical.decode(e.args))
-                     if canonical.encode(arg) == e.expected), None)
-        out.append(nulls.get(e.expected) or echo or ("literal" if e.expected in literals
-                                                      else None)
-                   or ("bool" if _bool_like(e) else None))
-    return out
-
-
-def _bool_like(example: IOExample) -> bool:
-    """A bool by another name: 'True' or 'False', or a tuple or list of bools once the items
-    that repeat an argument are left out (`(n, n % 7 == 3)`)."""
-    answer = canonical.decode(example.expected)
-    if answer in ("True", "False") and isinstance(answer, str):
-        return True
-    rest = canonical.decode(_without_echoes(example))
-    return isinstance(answer, (tuple, list)) and bool(rest) and \
-        all(isinstance(x, bool) for x in rest)
-
-
-def coin_flip(core: _Core, asked: int) -> bool:
-    """Whether the answer to example `asked` is one of at most two, as 3 or more examples show,
-    or SAME_RETURN_EVIDENCE of those answered by the same `return` (an extra branch for other inputs
-    made a bool by another name look like a question: `return n * 3` for big n, `return
-    str(n % 7 == 3)` for the rest), each answer without the parts that repeat an argument
-    (`(n, n % 7 == 3)`)."""
-    groups = [(range(len(core.examples)), 3)]
-    if len(core.lines) == len(core.examples):  # fewer answers of one `return` are no evidence
-        groups.append(([i for i, line in enumerate(core.lines) if line == core.lines[asked]],
-                       SAME_RETURN_EVIDENCE))  # (an index found at 0, 2, 0)
-    return any(len(group) >= least and len({_without_echoes(core.examples[i])
-                                            for i in group}) <= 2 for group, least in groups)
-
-
-def _without_echoes(example: IOExample) -> str:
-    """The example's answer, as canonical data, without the items of a tuple or list answer
-    that equal one of its arguments."""
-    answer = canonical.decode(example.expected)
-    if not isinstance(answer, (tuple, list)):
-        return example.expected
-    args = {canonical.encode(a) for a in canonical.decode(example.args)}
-    return canonical.encode([x for x in answer if canonical.encode(x) not in args])
-
-
 def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
             config: AdmissionConfig) -> dict[str, list[tuple[str, str, CheckResult]]]:
     """The trusted checks of every proposal that ran: its reference, the null solvers and its
@@ -429,7 +324,7 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
         fair = [i for i, guess in enumerate(guesses) if guess is None]
         if not fair:
             return reject(f"trivial_passes:{guesses[asked]}")
-        fair = [i for i in fair if not coin_flip(core, i)]
+        fair = [i for i in fair if not coin_flip(core.examples, core.lines, i)]
         if not fair:
             return reject("trivial_passes:two_valued")
         asked = fair[-1]

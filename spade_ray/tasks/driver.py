@@ -26,7 +26,7 @@ from spade_ray.records import ExecResult, ExecStatus, Limits
 # and each interpreter's environment holds a random value of its own, so one read from the
 # environment differs. The first pass also records which line of the entry function returned
 # each answer (a trace of that function's frames only), so that a predict question can be
-# judged among the answers of the same `return` (admission.coin_flips). Cost: ~40 ms of CPU
+# judged among the answers of the same `return` (guesses.coin_flip). Cost: ~40 ms of CPU
 # per interpreter.
 INTERPRETERS = 3
 PASSES = 2  # over the inputs, in each interpreter

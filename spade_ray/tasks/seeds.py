@@ -4,8 +4,8 @@ few-shot examples of both roles and the first rounds' tasks while the generator 
 
 Admitting the pool runs ~1,000 sandbox checks (references, null solvers, mutants: ~15 s on two
 cores), so the admitted tasks are cached under $SPADE_CACHE/seed_tasks/, keyed by everything they
-depend on: the seed file, the admission, static-rule, driver, mutation, format and codec sources,
-the limits and the admission settings. Any change to one of those admits the pool again.
+depend on: the seed file, the admission, guess, static-rule, driver, mutation, format and codec
+sources, the limits and the admission settings. Any change to one of those admits the pool again.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from spade_ray.execution import canonical
 from spade_ray.records import Limits, Task, TaskFamily, TaskSource, from_dict, to_dict
-from spade_ray.tasks import admission, driver, mutation, static
+from spade_ray.tasks import admission, driver, guesses, mutation, static
 from spade_ray.tasks import format as task_format
 from spade_ray.tasks.admission import AdmissionConfig, admit
 from spade_ray.tasks.format import Proposal, parse_proposal
@@ -91,7 +91,7 @@ def _not_this_family(v: admission.Admitted) -> bool:
 
 def _key(path: Path, limits: Limits, config: AdmissionConfig) -> str:
     digest = hashlib.sha256(path.read_bytes())
-    for module in (admission, static, driver, mutation, task_format):
+    for module in (admission, guesses, static, driver, mutation, task_format):
         digest.update(Path(module.__file__).read_bytes())
     digest.update(Path(canonical.SOURCE).read_bytes())
     digest.update(json.dumps([dataclasses.asdict(limits), dataclasses.asdict(config)],

@@ -8,10 +8,11 @@ import pytest
 
 from spade_ray.execution import canonical
 from spade_ray.records import ExecResult, ExecStatus, Limits, TaskFamily, TaskSource
-from spade_ray.tasks.admission import AdmissionConfig, admit, null_solvers
+from spade_ray.tasks.admission import AdmissionConfig, admit
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.driver import DRIVER, answers, driver_limits, job
 from spade_ray.tasks.format import parse_proposal
+from spade_ray.tasks.guesses import null_solvers
 
 CODEGEN, REPAIR, PREDICT = TaskFamily.CODEGEN, TaskFamily.REPAIR, TaskFamily.PREDICT
 LIMITS = Limits(timeout_s=1.0, cpu_s=1.0)
