@@ -179,6 +179,7 @@ class Solutions:
     candidates: tuple[Candidate, ...]  # grouped by task, in task order
     sampled: int  # completions generated, duplicates included
     solve_s: float
+    hints: int | None = None  # the examples codegen and repair prompts showed (None: visible)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,7 +211,7 @@ class Solving:
                       for task, group in zip(tasks, sample.completions)
                       for k, c in enumerate(group)]
         return Solutions(tuple(tasks), tuple(prompts), tuple(candidates), sample.sampled,
-                         time.monotonic() - started)
+                         time.monotonic() - started, hints)
 
 
 def _sample(engines: RoleEngines, prompts: list[str], sampling: SamplingParams,
@@ -280,7 +281,7 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
     find flaky (their verdicts are luck: recorded, but learnt from by neither role)."""
     flaky = controls.flaky
     scores = score_many(list(solutions.candidates), list(checks),
-                        {t.task_id: t for t in solutions.tasks})
+                        {t.task_id: t for t in solutions.tasks}, solutions.hints)
     pairs: list[PreferencePair] = []
     groups: list[CompletionGroup] = []
     rates: dict[str, float] = {}

@@ -10,6 +10,7 @@ import pytest
 
 from spade_ray.execution import Sandbox
 from spade_ray.tasks.control import ControlConfig
+from spade_ray.tracking.diagnose import CheckName, Level, diagnose, load_run
 from tests.scripted import LIMITS, run_scripted
 
 ROUNDS = 5
@@ -64,3 +65,6 @@ def test_the_hint_lever_shows_the_solver_fewer_examples_as_tasks_get_too_easy(sa
     assert shown[0] == shown[1] == {2} and shown[2] == {1}
     assert json.loads(db.execute("SELECT metrics FROM rounds WHERE round=2").fetchone()[0])[
         "solver_hints"] == 1
+    # what a prompt showed earned no credit, and diagnose re-scores each round with its hints
+    rescore = diagnose(load_run(tmp_path)).section("evaluator").checks[0]
+    assert rescore.name is CheckName.RESCORE and rescore.level is Level.OK, rescore

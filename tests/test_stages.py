@@ -55,3 +55,21 @@ def test_a_task_whose_reference_fails_its_own_tests_now_is_flaky(sandbox):
     controls = stages.control(sandbox, tasks, TEST_LIMITS)
     assert controls.flaky == {"flaky", "flaky-repair"} and controls.cpu_s > 0
     assert stages.control(sandbox, tasks[3:], TEST_LIMITS) == stages.Controls()
+
+
+def test_what_the_hint_lever_showed_earns_no_partial_credit(sandbox):
+    # f(x) = 2x on six inputs, two visible; at hints 3 the prompt showed the first three
+    examples = tuple(canonical.example((x,), 2 * x) for x in range(6))
+    task = dataclasses.replace(f.task(), task_id="double", family=TaskFamily.CODEGEN,
+                               entry_point="f", reference="def f(x):\n    return x * 2\n",
+                               tests=TestSuite(examples=examples, entry_point="f"),
+                               visible=examples[:2])
+    table = dataclasses.replace(f.candidate("double"),
+                                code="def f(x):\n    return {0: 0, 1: 2, 2: 4}.get(x, -1)\n")
+    checks = sandbox.check_many([table.code], [task.tests], limits=TEST_LIMITS)
+
+    def value(hints):
+        solutions = stages.Solutions((task,), ("p",), (table,), 1, 0.0, hints)
+        return stages.score(solutions, checks, pair_margin=0.0, with_groups=False).scores[0].value
+
+    assert (value(None), value(3)) == (0.25, 0.0)  # f(2) is unshown at the task's own two

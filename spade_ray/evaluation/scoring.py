@@ -62,16 +62,24 @@ class IncomparableScores(ValueError):
     """Two scores that cannot be ordered (different tasks or different test counts)."""
 
 
-def shown_examples(task: Task) -> int:
+def shown_examples(task: Task, hints: int | None = None) -> int:
     """How many of the task's examples its prompt shows: the leading ones that are its visible
-    examples (a predict task shows a call, not an example of its `answer()` suite)."""
+    examples (a predict task shows a call, not an example of its `answer()` suite); with
+    `hints` (the co-evolution controller's hint lever, tasks/control.py), fewer of them or the
+    next ones in order, never more than half of all."""
     k = len(task.visible)
-    return k if k and task.tests.examples[:k] == task.visible else 0
+    if not (k and task.tests.examples[:k] == task.visible):
+        return 0
+    if hints is None or hints <= k:
+        return k if hints is None else hints
+    return max(k, min(hints, len(task.tests.examples) // 2))
 
 
-def score(candidate: Candidate, result: CheckResult, task: Task | None = None) -> Score:
+def score(candidate: Candidate, result: CheckResult, task: Task | None = None,
+          hints: int | None = None) -> Score:
     """The evaluator's verdict on `candidate` from its check result; with its task, partial
-    credit leaves out what the task's prompt gave away."""
+    credit leaves out what the task's prompt gave away (`hints`: the examples the prompt showed
+    when the controller's hint lever was on; `shown_examples`)."""
     status = result.execution.status
     if status in ZERO_STATUSES or (status is ExecStatus.ERROR and not result.outcomes):
         value, tests_passed = 0.0, 0
@@ -84,7 +92,7 @@ def score(candidate: Candidate, result: CheckResult, task: Task | None = None) -
         elif task.family is TaskFamily.REPAIR:
             value = 1.0 if result.passed else 0.0
         else:
-            value = _unshown_fraction(result, shown_examples(task))
+            value = _unshown_fraction(result, shown_examples(task, hints))
     return Score(candidate_id=candidate.candidate_id, task_id=candidate.task_id, value=value,
                  passed=result.passed, tests_passed=tests_passed,
                  tests_total=result.tests_total, status=status,
@@ -101,13 +109,13 @@ def _unshown_fraction(result: CheckResult, shown: int) -> float:
 
 
 def score_many(candidates: list[Candidate], results: list[CheckResult],
-               tasks: dict[str, Task] | None = None) -> list[Score]:
+               tasks: dict[str, Task] | None = None, hints: int | None = None) -> list[Score]:
     """score() of each candidate, with its task when `tasks` (id -> task) has it."""
     if len(candidates) != len(results):
         raise ValueError(f"score_many got {len(candidates)} candidates but {len(results)} "
                          "check results")
     tasks = tasks or {}
-    return [score(c, r, tasks.get(c.task_id)) for c, r in zip(candidates, results)]
+    return [score(c, r, tasks.get(c.task_id), hints) for c, r in zip(candidates, results)]
 
 
 def needs_rerun(s: Score) -> bool:

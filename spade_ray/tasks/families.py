@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from spade_ray.evaluation import scoring
 from spade_ray.execution import canonical
 from spade_ray.records import IOExample, Task, TaskFamily
 from spade_ray.tasks.admission import PREDICT_ENTRY
@@ -57,10 +58,7 @@ def shown_examples(task: Task, hints: int | None) -> tuple[IOExample, ...]:
     candidate that copies the shown outputs stays hidden."""
     if hints is None:
         return task.visible
-    if hints <= len(task.visible):
-        return task.visible[:hints]
-    return task.tests.examples[:max(len(task.visible),
-                                    min(hints, len(task.tests.examples) // 2))]
+    return task.tests.examples[:scoring.shown_examples(task, hints)]
 
 
 def solution(task: Task) -> str:

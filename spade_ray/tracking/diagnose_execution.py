@@ -15,7 +15,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from spade_ray.evaluation import score, score_many
+from spade_ray.evaluation import score
 from spade_ray.execution import Executor
 from spade_ray.records import Candidate, CheckResult, ExecStatus, Limits, Score, Task
 from spade_ray.tasks import executable
@@ -107,20 +107,20 @@ def evaluator_section(trace: RunTrace, recheck: int, executor: Executor | None,
                        seed: int) -> Section:
     scored = [(r, c) for r, c in trace.candidates
               if (r, c.candidate_id) in trace.checks and (r, c.candidate_id) in trace.scores]
-    fresh = score_many([c for _, c in scored],
-                       [trace.checks[(r, c.candidate_id)] for r, c in scored], trace.known_tasks())
+    tasks, hints = trace.known_tasks(), {m.round: m.solver_hints for m in trace.metrics}
+    fresh = [score(c, trace.checks[(r, c.candidate_id)], tasks.get(c.task_id), hints.get(r))
+             for r, c in scored]
     recorded = [trace.scores[(r, c.candidate_id)] for r, c in scored]
     checks = [_agreement(CheckName.RESCORE, "re-scored", recorded, fresh, _same_score)]
     notes = ["re-execution skipped (--recheck N re-runs N sampled candidates in the sandbox)"]
     if recheck:
         assert executor is not None  # diagnose() checked
         notes = []
-        known = trace.known_tasks()
-        eligible = [(r, c) for r, c in scored if c.task_id in known]
+        eligible = [(r, c) for r, c in scored if c.task_id in tasks]
         if len(eligible) < recheck:
             notes.append(f"only {len(eligible)} scored candidates have a task row to re-run")
         sample = random.Random(seed).sample(eligible, min(recheck, len(eligible)))
-        rerun = _reexecute([c for _, c in sample], known, executor)
+        rerun = _reexecute([c for _, c in sample], tasks, executor)
         checks.append(_agreement(CheckName.RECHECK, "re-executed",
                                  [trace.scores[(r, c.candidate_id)] for r, c in sample], rerun,
                                  _same_outcome))

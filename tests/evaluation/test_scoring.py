@@ -213,6 +213,19 @@ def test_the_examples_a_prompt_shows_give_no_partial_credit(sandbox):
     assert shown_examples(predict) == 0
 
 
+def test_examples_the_hint_lever_shows_give_no_partial_credit_either(sandbox):
+    # At hints 3 the prompt shows clip(3), clip(12) and clip(7): a table of them earns nothing,
+    # and a guess right on the first visible one only (hints 1) earns on the five unshown.
+    table = "def clip(x):\n    return {3: 3, 12: 10, 7: 7}.get(x, 5)\n"
+    task = examples_task(TaskFamily.CODEGEN, visible=2)
+    assert [shown_examples(task, h) for h in (None, 0, 1, 3, 100)] == [2, 0, 1, 3, 3]
+    (result,) = sandbox.check_many([table], [task.tests])
+    assert result.tests_passed == 3
+    assert score(candidate(table, 0, "clip"), result, task, hints=3).value == 0.0
+    assert score(candidate(table, 0, "clip"), result, task).value == 1 / 4  # clip(7) unshown
+    assert score(candidate(table, 0, "clip"), result, task, hints=1).value == 2 / 5
+
+
 def test_a_repair_is_right_or_it_is_not(sandbox):
     # The buggy program a repair prompt shows passes most examples by construction: copied, it
     # would outscore an honest fix that breaks one more.
