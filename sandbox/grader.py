@@ -207,8 +207,11 @@ def _run_check(code, namespace, entry):
 
 
 def _run_example(link, entry, args_text, expected_text, tolerance):
-    args, expected = canonical.decode(args_text), canonical.decode(expected_text)
-    got = link.call(entry, args, {})
+    # The expected result is decoded only once the candidate has answered: it can read this
+    # process's CPU time (/proc/PID/schedstat is world-readable), which would tell it the size
+    # of the answer it is about to give (measured: 1.1 ms for "a", 16-18 ms for 4 MB).
+    got = link.call(entry, canonical.decode(args_text), {})
+    expected = canonical.decode(expected_text)
     if not canonical.same(got, expected, tolerance):
         raise AssertionError("the result differs from the expected one")
 
