@@ -5,7 +5,7 @@ Hard rules first, and only rules:
     per-test outcomes. Given the task, no credit for what its prompt gives away: of a task
     whose prompt shows some of its examples, the fraction of the others (a table of the shown
     examples earns nothing; they still decide `passed`); a repair task gets none (1.0 or 0.0):
-    the buggy program its prompt shows is the mutant that passes the most examples, so a copy
+    the buggy program its prompt shows is a subtle mutant that passes most examples, so a copy
     of it would outscore an honest fix that breaks one more;
   * value = 0.0 when the run hit a limit (timeout, memory_limit, output_limit), was killed, or
     failed before its tests ran (error with no test report) - whatever it printed;

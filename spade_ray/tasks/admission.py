@@ -342,11 +342,20 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
         bugs = [(code, r) for role, code, r in run if not r.passed and counted(role, r)]
         if not bugs:
             return Admitted(p, family, None, "no_killed_mutant", cpu, score)
-        # The subtlest caught bug that returns at all: the mutant that passes most examples.
-        buggy = max(bugs, key=lambda k: sum(o.outcome == "passed" for o in k[1].outcomes))[0]
+        buggy = max(bugs, key=lambda bug: _repair_rank(bug[1], config.visible_examples))[0]
     task = make_task(p, family, topic, core.examples, asked, buggy, limits, config, source,
                      generator_version)
     return Admitted(p, family, task, "", cpu, score)
+
+
+def _repair_rank(check: CheckResult, shown: int) -> tuple[bool, int]:
+    """Which caught mutant a repair prompt shows: one that fails a shown example first (the
+    seed pool's subtlest bugs passed both shown examples in 14 of 39 repair tasks: the prompt,
+    which says a fix returns the shown results, then gave no sign of the bug), then the subtlest
+    (the mutant that passes most examples)."""
+    names = {f"example[{i}]" for i in range(shown)}
+    return (any(o.name in names and o.outcome is not Verdict.PASSED for o in check.outcomes),
+            sum(o.outcome is Verdict.PASSED for o in check.outcomes))
 
 
 def counted(role: str, check: CheckResult) -> bool:

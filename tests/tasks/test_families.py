@@ -97,6 +97,15 @@ def test_repair_prompt_shows_the_buggy_program_and_the_fix_is_graded(sandbox, se
     assert not sandbox.check(task.buggy, task.tests).passed
 
 
+def test_a_repair_prompt_shows_an_example_its_buggy_program_gets_wrong(sandbox, seeds):
+    # The prompt says a fix returns the shown results: the buggy program must not return them
+    # all (the subtlest caught mutant did in 14 of the pool's 39 repair tasks).
+    repairs = [t for t in seeds if t.family is TaskFamily.REPAIR]
+    shown = [dataclasses.replace(t.tests, examples=t.visible) for t in repairs]
+    results = sandbox.check_many([t.buggy for t in repairs], shown)
+    assert len(repairs) >= 30 and not [t.task_id for t, r in zip(repairs, results) if r.passed]
+
+
 def test_predict_is_graded_as_data_and_code_is_not_an_answer(sandbox, seeds):
     task = of(seeds, TaskFamily.PREDICT, "reverse_string")
     prompt = solver_prompt(FEWSHOT, task, seeds, 2)
