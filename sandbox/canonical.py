@@ -132,12 +132,15 @@ def same(a, b, tolerance: float = 0.0) -> bool:
                 return False
             stack.extend(zip(x, y))
         elif type(x) is dict:
-            # Typed keys: 1 and True are one key to Python but different data.
-            if {_typed(k) for k in x} != {_typed(k) for k in y}:
+            # Typed keys: 1 and True are one key to Python but different data. Two NaN keys
+            # are two keys under one typed key: their values pair up in order.
+            xs, ys = _by_typed_key(x), _by_typed_key(y)
+            if xs.keys() != ys.keys() or any(len(xs[k]) != len(ys[k]) for k in xs):
                 return False
-            stack.extend((x[k], y[k]) for k in x)
+            stack.extend(pair for k in xs for pair in zip(xs[k], ys[k]))
         elif type(x) in (set, frozenset):
-            if {_typed(i) for i in x} != {_typed(i) for i in y}:
+            # Counted: two NaN objects are two items under one typed key ({nan} has one).
+            if _typed_counts(x) != _typed_counts(y):
                 return False
         elif x != y:  # None, bool, int, str, bytes
             return False
@@ -155,8 +158,23 @@ def _typed(value):
     if kind is tuple:
         return (tuple, tuple(_typed(v) for v in value))
     if kind is frozenset:
-        return (frozenset, frozenset(_typed(v) for v in value))
+        return (frozenset, frozenset(_typed_counts(value).items()))
     return (kind, value)
+
+
+def _typed_counts(items):
+    counts = {}
+    for item in items:
+        key = _typed(item)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _by_typed_key(mapping):
+    grouped = {}
+    for key, value in mapping.items():
+        grouped.setdefault(_typed(key), []).append(value)
+    return grouped
 
 
 def _same_float(x: float, y: float, tolerance: float) -> bool:

@@ -77,6 +77,18 @@ def test_equal_sets_are_the_same_whatever_their_order_or_nans():
     assert not same({1.0}, {1.0 + 1e-12}, tolerance=1e-6)  # set items stay exact
 
 
+def test_two_nans_are_two_items_and_nan_keys_pair_their_values():
+    # Two NaN objects are two items of a set, but one typed item: compared as a set of typed
+    # items, a two-item answer equalled a one-item {nan}, and a NaN key raised KeyError.
+    one, two = float("nan"), float("nan")
+    assert not same({one, two}, {one}) and not same({one}, {one, two})
+    assert not same(frozenset({one, two}), frozenset({one}))
+    assert not same({(one,), (two,)}, {(one,)})
+    assert same({one, two}, {float("nan"), float("nan")})
+    assert same({one: [1]}, {two: [1]}) and not same({one: 1}, {two: 2})
+    assert not same({one: 1, two: 1}, {one: 1})
+
+
 def test_same_compares_floats_exactly_unless_a_tolerance_is_given():
     assert not same(0.1 + 0.2, 0.3)
     assert same(0.1 + 0.2, 0.3, tolerance=1e-9)
