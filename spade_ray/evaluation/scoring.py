@@ -1,12 +1,15 @@
 """The evaluator: one `Score` per checked candidate, and the order between two scores.
 
 Hard rules first, and only rules:
-  * value = fraction of the task's tests passed (partial credit), from the harness's confirmed
-    per-test outcomes. Given the task, no credit for what its prompt gives away: of a task
-    whose prompt shows some of its examples, the fraction of the others (a table of the shown
-    examples earns nothing; they still decide `passed`); a repair task gets none (1.0 or 0.0):
-    the buggy program its prompt shows is a subtle mutant that passes most examples, so a copy
-    of it would outscore an honest fix that breaks one more;
+  * value = 1.0 for a candidate that passed; below it, partial credit from the harness's
+    confirmed per-test outcomes: the fraction of the task's tests passed, or, given a task of
+    I/O examples, `partial_credit`: no credit for what its prompt gives away (a shown example
+    passed earns nothing, a shown example failed, or a run that did not end ok, costs as a
+    hidden one failed), and none for what a program that ignores its input earns (the credit
+    of the best constant or echo of an argument is the zero: `return False` passed 3 of 4
+    hidden examples of a seed task, and beat every honest attempt that raised). A repair task
+    gets none (1.0 or 0.0): the buggy program its prompt shows is a subtle mutant that passes
+    most examples, so a copy of it would outscore an honest fix that breaks one more;
   * value = 0.0 when the run hit a limit (timeout, memory_limit, output_limit), was killed, or
     failed before its tests ran (error with no test report) - whatever it printed;
   * passed = `CheckResult.passed` (every test passed, the sentinel seen, the run ended ok);
@@ -29,6 +32,9 @@ the rules call equal (compare == 0) may be sent to a judge; a judge never overri
 
 from __future__ import annotations
 
+import functools
+
+from spade_ray.execution import canonical
 from spade_ray.records import (
     Candidate,
     CheckResult,
@@ -36,6 +42,7 @@ from spade_ray.records import (
     Score,
     Task,
     TaskFamily,
+    TestSuite,
     Verdict,
 )
 
@@ -87,25 +94,59 @@ def score(candidate: Candidate, result: CheckResult, task: Task | None = None,
         # An `error` after the report (e.g. a non-zero exit at interpreter exit) keeps partial
         # credit; it still cannot pass, and rank_key puts passed above an equal value.
         tests_passed = result.tests_passed
-        if task is None:
+        if result.passed:
+            value = 1.0
+        elif task is None:
             value = result.fraction_passed
         elif task.family is TaskFamily.REPAIR:
-            value = 1.0 if result.passed else 0.0
+            value = 0.0
         else:
-            value = _unshown_fraction(result, shown_examples(task, hints))
+            value = partial_credit(result, task, hints)
     return Score(candidate_id=candidate.candidate_id, task_id=candidate.task_id, value=value,
                  passed=result.passed, tests_passed=tests_passed,
                  tests_total=result.tests_total, status=status,
                  cpu_s=result.execution.cpu_s, peak_memory_mb=result.execution.peak_memory_mb)
 
 
-def _unshown_fraction(result: CheckResult, shown: int) -> float:
-    hidden = result.tests_total - shown
-    if shown <= 0 or hidden <= 0:
+def partial_credit(result: CheckResult, task: Task, hints: int | None = None) -> float:
+    """A failing candidate's value on a task of I/O examples: its credit (hidden examples
+    passed over hidden examples plus shown ones failed, plus one for a run that did not end
+    ok), rescaled so that what a program ignoring its input earns (`null_credit`) is 0, and
+    none below it. A task of assert or check code: the fraction of its tests passed."""
+    examples = task.tests.examples
+    if not examples:
         return result.fraction_passed
-    names = {f"example[{i}]" for i in range(shown)}
-    copied = sum(o.outcome is Verdict.PASSED and o.name in names for o in result.outcomes)
-    return (result.tests_passed - copied) / hidden
+    passed = {o.name for o in result.outcomes if o.outcome is Verdict.PASSED}
+    right = [f"example[{i}]" in passed for i in range(len(examples))]
+    shown = shown_examples(task, hints)
+    ended_badly = result.execution.status is not ExecStatus.OK or all(right)
+    floor = null_credit(task.tests, shown)
+    if floor >= 1.0:
+        return 0.0
+    return max(0.0, (_credit(right, shown, ended_badly) - floor) / (1.0 - floor))
+
+
+@functools.lru_cache(maxsize=1024)
+def null_credit(tests: TestSuite, shown: int) -> float:
+    """The best credit (`partial_credit`, unscaled) a program that ignores its input earns on
+    `tests`' examples when the first `shown` are in its prompt: a table of the shown ones and,
+    for every other input, a constant (the best one: some example's expected result) or one of
+    its arguments as it is."""
+    tolerance = tests.float_tolerance
+    examples = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in tests.examples]
+    constants = {e.expected: expected for e, (_, expected) in zip(tests.examples, examples)}
+    nulls = [[canonical.same(c, expected, tolerance) for _, expected in examples]
+             for c in constants.values()]
+    arity = max(len(args) for args, _ in examples)
+    nulls += [[k < len(args) and canonical.same(args[k], expected, tolerance)
+               for args, expected in examples] for k in range(arity)]
+    return max(_credit([True] * shown + right[shown:], shown, False) for right in nulls)
+
+
+def _credit(right: list[bool], shown: int, ended_badly: bool) -> float:
+    hidden = len(right) - shown
+    denominator = hidden + right[:shown].count(False) + ended_badly
+    return sum(right[shown:]) / denominator if denominator else 0.0
 
 
 def score_many(candidates: list[Candidate], results: list[CheckResult],

@@ -10,6 +10,7 @@ from spade_ray.evaluation.scoring import (
     SandboxFailure,
     compare,
     needs_rerun,
+    null_credit,
     rank_key,
     score,
     score_many,
@@ -194,18 +195,23 @@ def examples_task(family: TaskFamily, visible: int) -> Task:
 
 
 def test_the_examples_a_prompt_shows_give_no_partial_credit(sandbox):
-    # A table of the two shown examples (clip(3) == 3, clip(12) == 10) and a guess for the
-    # rest: it passes 2 of 6 examples, the 2 it was shown.
-    table = "def clip(x):\n    return {3: 3, 12: 10}.get(x, 5)\n"
-    half = "def clip(x):\n    return x if x < 10 else 0\n"  # right below 10 only: 3 of 6
+    # clip(3) == 3 and clip(12) == 10 are shown; clip(7), clip(20), clip(0), clip(15) are not.
+    # A program that ignores its input gets half of those right (10, or x itself): the zero.
+    codes = {"table": "{3: 3, 12: 10}.get(x, 5)",  # the shown examples: 2 of 6, credit 0
+             "table_and_10": "{3: 3, 12: 10}.get(x, 10)",  # 4 of 6: no more than a constant
+             "echo_below_10": "x if x < 10 else 0",  # 2 hidden right, 1 shown wrong
+             "wrong_at_0": "min(x, 10) if x != 0 else 1",  # 3 of 4 hidden: 0.75
+             "wrong_at_3": "min(x, 10) if x != 3 else 0"}  # every hidden, 1 shown wrong: 0.8
     task = examples_task(TaskFamily.CODEGEN, visible=2)
-    assert shown_examples(task) == 2
-    results = sandbox.check_many([table, half], [task.tests] * 2)
-    lookup, partial = score_many([candidate(table, 0, "clip"), candidate(half, 1, "clip")],
-                                 results, {"clip": task})
-    assert (lookup.tests_passed, lookup.value, lookup.passed) == (2, 0.0, False)
-    assert (partial.tests_passed, partial.value) == (3, 0.5)  # clip(7), clip(0) of 4 unshown
-    assert score(candidate(table, 0, "clip"), results[0]).value == pytest.approx(2 / 6)
+    assert shown_examples(task) == 2 and null_credit(task.tests, 2) == 0.5
+    programs = [f"def clip(x):\n    return {body}\n" for body in codes.values()]
+    results = sandbox.check_many(programs, [task.tests] * len(programs))
+    scores = score_many([candidate(code, i, "clip") for i, code in enumerate(programs)], results,
+                        {"clip": task})
+    assert [s.tests_passed for s in scores] == [2, 4, 3, 5, 5]
+    assert not any(s.passed for s in scores)
+    assert [round(s.value, 4) for s in scores] == [0.0, 0.0, 0.0, 0.5, 0.6]
+    assert score(candidate(programs[0], 0, "clip"), results[0]).value == pytest.approx(2 / 6)
     # Nothing shown, or a predict task (its prompt shows a call, not an example of its suite).
     assert shown_examples(examples_task(TaskFamily.CODEGEN, visible=0)) == 0
     predict = dataclasses.replace(task, family=TaskFamily.PREDICT, tests=TestSuite(
@@ -213,17 +219,51 @@ def test_the_examples_a_prompt_shows_give_no_partial_credit(sandbox):
     assert shown_examples(predict) == 0
 
 
-def test_examples_the_hint_lever_shows_give_no_partial_credit_either(sandbox):
-    # At hints 3 the prompt shows clip(3), clip(12) and clip(7): a table of them earns nothing,
-    # and a guess right on the first visible one only (hints 1) earns on the five unshown.
-    table = "def clip(x):\n    return {3: 3, 12: 10, 7: 7}.get(x, 5)\n"
+def test_a_program_that_ignores_its_input_is_the_zero_of_partial_credit(sandbox):
+    # is_even on six inputs, two shown: `return False` gets 3 of the 4 hidden ones right, as
+    # a table of the shown answers plus False does; neither beats an attempt that raises.
+    examples = tuple(canonical.example((x,), x % 2 == 0) for x in (2, 3, 5, 7, 9, 4))
+    task = dataclasses.replace(examples_task(TaskFamily.CODEGEN, visible=2), tests=TestSuite(
+        examples=examples, entry_point="clip"), visible=examples[:2])
+    assert null_credit(task.tests, 2) == 0.75
+    programs = ["def clip(x):\n    return False\n",
+                "def clip(x):\n    return {2: True, 3: False}.get(x, False)\n",
+                "def clip(x):\n    raise ValueError(x)\n",
+                "def clip(x):\n    return x % 2 == 0 if x != 4 else None\n"]
+    results = sandbox.check_many(programs, [task.tests] * len(programs))
+    scores = score_many([candidate(code, i, "clip") for i, code in enumerate(programs)], results,
+                        {"clip": task})
+    assert [s.tests_passed for s in scores] == [4, 5, 0, 5]
+    assert [s.value for s in scores] == [0.0, 0.0, 0.0, 0.0]  # 3 of 4 hidden is the zero
+    assert compare(scores[0], scores[2]) == 0 and compare(scores[1], scores[2]) == 0
+
+
+def test_a_run_that_ends_badly_after_every_test_passed_scores_below_one(sandbox):
+    # All six examples right, then the interpreter exits with status 1: it did not pass, and
+    # a policy-gradient reward (the value) must say so.
+    program = "import sys\nsys.stdout.close()\ndef clip(x):\n    return min(x, 10)\n"
     task = examples_task(TaskFamily.CODEGEN, visible=2)
+    (result,) = sandbox.check_many([program], [task.tests])
+    s = score(candidate(program, 0, "clip"), result, task)
+    assert (s.tests_passed, s.passed, s.status) == (6, False, ExecStatus.ERROR), result.execution
+    assert round(s.value, 4) == 0.6  # 4 of 5 against the floor's 0.5
+
+
+def test_examples_the_hint_lever_shows_give_no_partial_credit_either(sandbox):
+    # x * x + 1 on 1..6, two visible: a table of the first four beats the best constant (one
+    # hidden right) at the task's own two, and is worth nothing once the hint lever shows three.
+    examples = tuple(canonical.example((x,), x * x + 1) for x in range(1, 7))
+    task = dataclasses.replace(examples_task(TaskFamily.CODEGEN, visible=2), tests=TestSuite(
+        examples=examples, entry_point="clip"), visible=examples[:2])
+    table = "def clip(x):\n    return {1: 2, 2: 5, 3: 10, 4: 17}.get(x, 0)\n"
     assert [shown_examples(task, h) for h in (None, 0, 1, 3, 100)] == [2, 0, 1, 3, 3]
     (result,) = sandbox.check_many([table], [task.tests])
-    assert result.tests_passed == 3
-    assert score(candidate(table, 0, "clip"), result, task, hints=3).value == 0.0
-    assert score(candidate(table, 0, "clip"), result, task).value == 1 / 4  # clip(7) unshown
-    assert score(candidate(table, 0, "clip"), result, task, hints=1).value == 2 / 5
+    assert result.tests_passed == 4
+
+    def value(hints):
+        return score(candidate(table, 0, "clip"), result, task, hints).value
+
+    assert [round(value(h), 4) for h in (None, 3, 1)] == [0.3333, 0.0, 0.5]
 
 
 def test_a_repair_is_right_or_it_is_not(sandbox):
