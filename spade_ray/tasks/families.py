@@ -16,6 +16,7 @@ pairs train on the model's own text); `executable` is what the sandbox runs for 
 
 from __future__ import annotations
 
+import ast
 import re
 
 from spade_ray.evaluation import scoring
@@ -26,7 +27,12 @@ from spade_ray.tasks.format import call_text
 from spade_ray.tasks.imports import with_missing_imports
 from spade_ray.tasks.templates import PromptTemplate, render
 
-_CODE_BLOCK = re.compile(r"```(?:python)?\n(.*?)(?:```|$)", re.DOTALL)
+# A fenced block with any info string (```python, ```py, ``` Python3): with `python` alone, the
+# others matched their closing fence as an opening one and the prose after it became the code.
+_CODE_BLOCK = re.compile(r"```[^\n`]*\n(.*?)(?:```|$)", re.DOTALL)
+# A predict answer written over several lines is the shortest run of leading lines that makes
+# one expression; longer texts are not parsed on the host.
+_ANSWER_LINES, _ANSWER_CHARS = 64, 20_000
 
 
 def solver_prompt(templates: dict[str, PromptTemplate], task: Task, examples: list[Task],
@@ -81,8 +87,9 @@ def example_call(task: Task, example: IOExample) -> str:
 def candidate_program(task: Task, completion: str, chat: bool) -> str:
     """What the solver wrote, as the candidate's code: for a base model the signature the prompt
     ended with plus the body it continued with; for a chat model its code block; for predict,
-    the answer's first line (a literal)."""
+    the answer's first expression (`predict_answer`)."""
     if chat:
+        completion = completion.replace("\r\n", "\n")
         match = _CODE_BLOCK.search(completion)
         code = (match.group(1) if match else completion).strip("\n") + "\n"
     elif task.family is TaskFamily.PREDICT:
@@ -90,11 +97,32 @@ def candidate_program(task: Task, completion: str, chat: bool) -> str:
     else:  # the prompt ends with the signature's line: the model writes the lines below it
         code = f"{task.signature}\n{completion}".rstrip() + "\n"
     if task.family is TaskFamily.PREDICT:
-        code = next((line.strip() for line in code.splitlines() if line.strip()), "")
+        code = predict_answer(code)
     # What the model wrote is run as it is, even when it cannot run: a NUL byte (which the
     # sandbox refuses as input) becomes U+FFFD, a syntax error the candidate is scored on.
     code = code.replace("\x00", "\ufffd")
     return code if code.strip() else "# the model wrote nothing\n"
+
+
+def predict_answer(text: str) -> str:
+    """A predict answer: from the first non-empty line, the shortest run of lines that parses
+    as one expression (a literal wrapped over lines, `[\n  [1, 2],\n  [4, 10]\n]`, is whole;
+    what follows it is not part of it), else that first line (it fails as it is)."""
+    lines = text.split("\n")
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is None:
+        return ""
+    lines = lines[first:first + _ANSWER_LINES]
+    for end in range(1, len(lines) + 1):
+        answer = "\n".join(lines[:end]).strip()
+        if len(answer) > _ANSWER_CHARS:
+            break
+        try:
+            ast.parse(answer, mode="eval")
+            return answer
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    return lines[0].strip()
 
 
 def executable(task: Task, code: str) -> str:

@@ -128,6 +128,27 @@ def test_chat_candidates_come_from_the_code_block(seeds):
     assert candidate_program(predict, "```python\n[1, 2]\n```", chat=True) == "[1, 2]"
 
 
+@pytest.mark.parametrize("fence", ["```py", "```Python", "```python3", "``` python", "```"])
+def test_any_fence_spelling_gives_the_code_not_the_prose_after_it(sandbox, seeds, fence):
+    task = of(seeds, TaskFamily.CODEGEN, "reverse_string")
+    answer = f"Here:\n{fence}\n{task.reference}```\nThis reverses s.\n"
+    for text in (answer, answer.replace("\n", "\r\n")):
+        code = candidate_program(task, text, chat=True)
+        assert code == task.reference and sandbox.check(executable(task, code), task.tests).passed
+
+
+def test_a_predict_answer_wrapped_over_lines_is_one_literal(sandbox, seeds):
+    task = of(seeds, TaskFamily.PREDICT, "chunks")
+    expected = canonical.decode(task.tests.examples[0].expected)
+    assert expected == [["a"], ["b"], ["c"]]
+    wrapped = "\n" + repr(expected).replace(", ", ",\n  ") + "\nThat is the output.\n"
+    code = candidate_program(task, wrapped, chat=False)
+    assert code == wrapped.strip().rsplit("\n", 1)[0]  # the literal, not the sentence
+    assert sandbox.check(executable(task, code), task.tests).passed
+    assert candidate_program(task, "7\n8\n", chat=False) == "7"
+    assert candidate_program(task, "x = 7\n", chat=False) == "x = 7"  # fails as it is
+
+
 def test_unrunnable_model_output_still_becomes_a_program(seeds):
     task = of(seeds, TaskFamily.CODEGEN)
     assert "\x00" not in candidate_program(task, "\n    return\x00 x", chat=False)
