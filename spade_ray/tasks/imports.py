@@ -22,6 +22,7 @@ import ast
 import builtins
 import functools
 import importlib
+import io
 
 # name -> the module it is taken from ("" for a module used by its own name: `math.sqrt`)
 _FROM = {
@@ -103,6 +104,8 @@ def with_missing_imports(source: str) -> str:
                 or isinstance(node, ast.ImportFrom) and node.module == "__future__"):
             break
         head = node.end_lineno
-    source_lines = source.splitlines(keepends=True)
+    # Lines as the parser counts them (\n, \r\n, \r): str.splitlines also splits at U+2028,
+    # \x0c and others, which put the imports inside a docstring holding one.
+    source_lines = io.StringIO(source, newline="").readlines()
     return "".join([*source_lines[:head], *(line + "\n" for line in lines),
                     *source_lines[head:]])

@@ -42,6 +42,14 @@ def test_the_imports_go_after_the_docstring_and_future_imports():
     compile(fixed, "ref", "exec")
 
 
+@pytest.mark.parametrize("odd", ["\u2028", "\x0c", "\x1c", "\x85"])
+def test_a_docstring_holding_a_character_str_splitlines_breaks_at_keeps_the_imports_out(odd):
+    fixed = with_missing_imports(f'"""doc{odd}more"""\ndef f(n):\n    return sqrt(n)\n')
+    namespace = {}
+    exec(compile(fixed, "ref", "exec"), namespace)
+    assert namespace["f"](9) == 3 and namespace["__doc__"] == f"doc{odd}more"
+
+
 def test_every_module_the_table_names_is_one_admission_allows():
     modules = {m or name for name, m in KNOWN.items()}
     assert modules <= ALLOWED_IMPORTS
