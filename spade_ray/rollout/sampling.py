@@ -10,7 +10,6 @@ reached, so a round can be capped in cost.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Sequence
 
 from spade_ray.records import Completion, SamplingParams
@@ -18,7 +17,6 @@ from spade_ray.rollout.backend import RolloutError
 
 # None for a prompt lost with a dead engine (RoleEngines): it stays wanted and is re-issued.
 Generate = Callable[[Sequence[str], SamplingParams], list[list[Completion] | None]]
-_SPACE = re.compile(r"\s+")
 
 
 class TokenBudgetExceeded(RolloutError):
@@ -26,8 +24,12 @@ class TokenBudgetExceeded(RolloutError):
 
 
 def normalise(text: str) -> str:
-    """What counts as 'the same program': whitespace runs collapsed, ends stripped."""
-    return _SPACE.sub(" ", text).strip()
+    """What counts as 'the same program': the same lines at the same indentation (a `return`
+    one level out is another program, the commonest bug of a small model), whitespace runs
+    inside a line collapsed, blank lines and trailing whitespace dropped."""
+    lines = (line.rstrip() for line in text.splitlines())
+    return "\n".join(line[:len(line) - len(line.lstrip())] + " ".join(line.split())
+                     for line in lines if line)
 
 
 @dataclasses.dataclass

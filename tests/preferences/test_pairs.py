@@ -97,6 +97,13 @@ def test_code_identical_up_to_whitespace_is_never_paired():
     assert pairs_of([(CORRECT, made_score(0, 1.0, True)), (spaced, made_score(0, 0.0))]) == []
 
 
+def test_code_that_differs_in_indentation_is_another_program():
+    right = "def first(xs):\n    for x in xs:\n        return x\n    return None\n"
+    wrong = right.replace("        return x", "    return x")
+    pairs = pairs_of([(right, made_score(0, 1.0, True)), (wrong, made_score(0, 0.0))])
+    assert ids(pairs) == [("t/0", "t/1")]
+
+
 def test_duplicate_candidates_give_one_pair_per_distinct_text_pair():
     pairs = pairs_of([(CORRECT, made_score(0, 1.0, True)), (CORRECT, made_score(0, 1.0, True)),
                       (WRONG, made_score(0, 0.0))])

@@ -78,5 +78,8 @@ def test_greedy_real_model_yields_one_distinct_candidate(tiny_model):
 
 
 def test_normalise_collapses_whitespace_only():
-    assert normalise("  def f():\n\n    return 1  ") == "def f(): return 1"
+    assert normalise("def f():\n\n    return  1  \n") == "def f():\n    return 1"
     assert normalise("a=1") != normalise("a = 1")
+    # indentation is Python's meaning: one level out is another program
+    inside = "def f(xs):\n    for x in xs:\n        return x\n"
+    assert normalise(inside) != normalise(inside.replace("        return", "    return"))
