@@ -14,10 +14,12 @@ whitespace normalisation (rollout's `normalise`: no signal to learn), and repeat
 (chosen, rejected) text pair already emitted (duplicated samples would weigh one comparison
 several times). Pairs come out in candidate order, deterministically.
 
-chosen / rejected are the candidates' code, as the completion of `prompt` (the prompt the solver
-saw). `build_groups` gives a policy-gradient learner the same candidates as one
-CompletionGroup, their score values as rewards. Non-goal: sampling or balancing pairs across
-tasks.
+chosen / rejected are the candidates' code, as the completion of `prompt`: the prompt the
+solver saw, less the signature line both programs start with for a base model
+(tasks.split_program), so that prompt + chosen is the text the model wrote, for TRL's
+preference format as for our learner (the signature once, not twice). `build_groups` gives a
+policy-gradient learner the same candidates as one CompletionGroup, their score values as
+rewards. Non-goal: sampling or balancing pairs across tasks.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def build_pairs(task: Task, prompt: str, candidates: Sequence[Candidate],
                 continue
             seen.add((normalised[i], normalised[j]))
             pairs.append(PreferencePair(
-                task_id=task.task_id, prompt=prompt, chosen=chosen.code, rejected=rejected.code,
+                task_id=task.task_id, prompt=_context(prompt, [chosen.code, rejected.code]),
+                chosen=chosen.code, rejected=rejected.code,
                 chosen_candidate_id=chosen.candidate_id,
                 rejected_candidate_id=rejected.candidate_id,
                 chosen_score=chosen_score.value, rejected_score=rejected_score.value,
@@ -68,10 +71,17 @@ def build_groups(task: Task, prompt: str, candidates: Sequence[Candidate],
     usable = [(c, s) for c, s in zip(candidates, scores) if not needs_rerun(s)]
     if len(usable) < 2:
         return []
-    context, _ = split_program(prompt, usable[0][0].code)
+    context = _context(prompt, [c.code for c, _ in usable])
     return [CompletionGroup(prompt=context, completions=tuple(c.code for c, _ in usable),
                             rewards=tuple(s.value for _, s in usable), task_id=task.task_id,
                             weights_version=min(c.solver_version for c, _ in usable))]
+
+
+def _context(prompt: str, programs: Sequence[str]) -> str:
+    """The context `programs` all complete (tasks.split_program), or the whole prompt when
+    they do not all split it alike (one candidate's first line sets no one else's context)."""
+    contexts = {split_program(prompt, code)[0] for code in programs}
+    return contexts.pop() if len(contexts) == 1 else prompt
 
 
 def _validate(task: Task, candidates: Sequence[Candidate], scores: Sequence[Score],

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 
 def split_program(prompt: str, program: str) -> tuple[str, str]:
-    """(context, completion) to score for a candidate program written after `prompt`."""
+    """(context, completion) to score for a candidate program written after `prompt`: the
+    prompt's whole last line moves to the completion when it is the `def` line the program
+    starts with (a predict answer `put` once cut the prompt's `### Output` to `### Out`)."""
     first_line = program.split("\n", 1)[0]
     stripped = prompt.rstrip()
-    if first_line.strip() and stripped.endswith(first_line):
+    last_line = stripped.rpartition("\n")[2]
+    if first_line.lstrip().startswith(("def ", "async def ")) and last_line == first_line:
         return stripped[:len(stripped) - len(first_line)], program
     return prompt, program

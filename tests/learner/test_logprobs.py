@@ -24,6 +24,12 @@ def test_a_program_that_does_not_continue_the_prompt_is_scored_whole():
     prompt = "Write f.\n"
     assert split_program(prompt, "def f(x):\n    return x\n") == (prompt,
                                                                   "def f(x):\n    return x\n")
+    # only the prompt's whole last line, and only a def line, moves: an answer that ends
+    # like the prompt's header is not part of it
+    predict = "f(3)\n### Output\n"
+    for answer in ("put", "tput", "### Output", "Output"):
+        assert split_program(predict, answer) == (predict, answer)
+    assert split_program("### Fixed\nxdef f(x):\n", "def f(x):\n")[0] == "### Fixed\nxdef f(x):\n"
 
 
 def _naive_logp(model, prompt_ids, completion_ids):

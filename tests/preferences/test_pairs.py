@@ -13,7 +13,7 @@ from spade_ray.preferences.export import (
     read_jsonl,
     save_dataset,
 )
-from spade_ray.preferences.pairs import build_pairs
+from spade_ray.preferences.pairs import build_groups, build_pairs
 from spade_ray.records import (
     Candidate,
     ExecStatus,
@@ -120,6 +120,22 @@ def test_pairs_carry_the_prompt_code_and_versions():
     (pair,) = pairs_of([(CORRECT, made_score(0, 1.0, True)), (WRONG, made_score(0, 0.0))])
     assert (pair.prompt, pair.chosen, pair.rejected) == (PROMPT, CORRECT, WRONG)
     assert (pair.solver_version, pair.generator_version, pair.task_id) == (7, 3, "t")
+
+
+def test_a_base_model_pair_has_its_signature_once_for_trl_and_for_us():
+    # The prompt ends with the signature each program starts with: prompt + chosen is what the
+    # model saw and wrote, with the signature once (the TRL export concatenates them).
+    prompt = "### Task\nAdd two numbers.\ndef add(a, b):\n"
+    candidates = [candidate(CORRECT, 0), candidate(WRONG, 1)]
+    scores = [made_score(0, 1.0, True), dataclasses.replace(made_score(0, 0.0), candidate_id="t/1")]
+    (pair,) = build_pairs(TASK, prompt, candidates, scores, generator_version=3)
+    assert pair.prompt == "### Task\nAdd two numbers.\n"
+    assert (pair.prompt + pair.chosen).count("def add(a, b):") == 1
+    (group,) = build_groups(TASK, prompt, candidates, scores)
+    assert group.prompt == pair.prompt
+    # one candidate that does not start with the signature: no one's context is cut
+    odd = [candidate(CORRECT, 0), candidate("add = lambda a, b: a + b\n", 1)]
+    assert build_groups(TASK, prompt, odd, scores)[0].prompt == prompt
 
 
 def test_candidates_from_several_solver_versions_are_an_error():
