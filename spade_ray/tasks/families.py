@@ -21,6 +21,7 @@ import re
 
 from spade_ray.evaluation import scoring
 from spade_ray.execution import canonical
+from spade_ray.execution.sandbox import MAX_CODE_BYTES
 from spade_ray.records import IOExample, Task, TaskFamily
 from spade_ray.tasks.admission import PREDICT_ENTRY
 from spade_ray.tasks.format import call_text
@@ -131,10 +132,18 @@ def executable(task: Task, code: str) -> str:
     Code gets the imports of the standard-library names it uses and never binds
     (tasks/imports.py), as the task's reference did: a base model's prompt ends with the
     signature, so the model has no place above it to write them. Code that does not parse
-    runs as it is (its syntax error is its score)."""
+    runs as it is (its syntax error is its score); code the sandbox would refuse as input (over
+    its size cap) runs as a program that raises, so that one candidate's length cannot fail
+    the batch it is checked in."""
     if task.family is TaskFamily.PREDICT:
-        return f"import ast\n\n\ndef {PREDICT_ENTRY}():\n    return ast.literal_eval({code!r})\n"
-    try:
-        return with_missing_imports(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return code
+        program = f"import ast\n\n\ndef {PREDICT_ENTRY}():\n    return ast.literal_eval({code!r})\n"
+    else:
+        try:
+            program = with_missing_imports(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            program = code
+    size = len(program.encode("utf-8", "surrogatepass"))
+    if size > MAX_CODE_BYTES:
+        return (f"raise ValueError('the program is {size} bytes, over the sandbox limit of "
+                f"{MAX_CODE_BYTES}')\n")
+    return program

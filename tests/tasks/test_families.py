@@ -149,6 +149,16 @@ def test_a_predict_answer_wrapped_over_lines_is_one_literal(sandbox, seeds):
     assert candidate_program(task, "x = 7\n", chat=False) == "x = 7"  # fails as it is
 
 
+def test_a_program_over_the_sandbox_size_cap_fails_alone_not_its_batch(sandbox, seeds):
+    task = of(seeds, TaskFamily.CODEGEN, "reverse_string")
+    huge = candidate_program(task, "    return s[::-1]\n" + "    # pad\n" * 150_000, chat=False)
+    assert len(huge) > 1_000_000 and huge.startswith(task.signature)  # recorded as written
+    results = sandbox.check_many([executable(task, huge), executable(task, task.reference)],
+                                 [task.tests] * 2)
+    assert [r.passed for r in results] == [False, True]
+    assert "over the sandbox limit" in results[0].execution.stderr
+
+
 def test_unrunnable_model_output_still_becomes_a_program(seeds):
     task = of(seeds, TaskFamily.CODEGEN)
     assert "\x00" not in candidate_program(task, "\n    return\x00 x", chat=False)
