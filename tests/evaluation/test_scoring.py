@@ -30,6 +30,8 @@ from spade_ray.records import (
     TestOutcome,
     TestSuite,
 )
+from spade_ray.tasks.seeds import load_seed_tasks
+from tests.tasks.conftest import LIMITS as SEED_LIMITS
 
 ADD_TESTS = TestSuite(asserts=("assert add(1, 2) == 3", "assert add(0, 0) == 0",
                                "assert add(-2, 1) == -1"))
@@ -236,6 +238,37 @@ def test_a_program_that_ignores_its_input_is_the_zero_of_partial_credit(sandbox)
     assert [s.tests_passed for s in scores] == [4, 5, 0, 5]
     assert [s.value for s in scores] == [0.0, 0.0, 0.0, 0.0]  # 3 of 4 hidden is the zero
     assert compare(scores[0], scores[2]) == 0 and compare(scores[1], scores[2]) == 0
+
+
+def test_no_program_that_ignores_its_input_earns_credit_on_any_seed_task(sandbox):
+    # The whole family, on every codegen task of the seed pool: each constant the task's
+    # examples give, each argument returned as it is, and a table of the shown examples with
+    # either as its default. Before the floor, the best of them earned 0.25 or more on 34 of
+    # the 45 tasks.
+    tasks = [t for t in load_seed_tasks(sandbox, SEED_LIMITS) if t.family is TaskFamily.CODEGEN]
+    programs, owners = [], []
+    for task in tasks:
+        examples = [(canonical.decode(e.args), canonical.decode(e.expected))
+                    for e in task.tests.examples]
+        arity = len(examples[0][0])
+        params = ", ".join(f"a{k}" for k in range(arity))
+        table = {repr(args): expected for args, expected in examples[:len(task.visible)]}
+        key = f"repr(({params},))" if arity == 1 else f"repr(({params}))"
+        defaults = [repr(v) for v in {repr(e): e for _, e in examples}.values()]
+        defaults += [f"a{k}" for k in range(arity)]
+        for default in defaults:
+            for body in (f"return {default}", f"return {table!r}.get({key}, {default})"):
+                programs.append(f"def {task.entry_point}({params}):\n    {body}\n")
+                owners.append(task)
+    results = sandbox.check_many(programs, [t.tests for t in owners])
+    scores = score_many([candidate(p, i, t.task_id) for i, (p, t) in
+                         enumerate(zip(programs, owners))], results,
+                        {t.task_id: t for t in tasks})
+    assert len(tasks) >= 40 and len(programs) > 300
+    assert sum(s.tests_passed > 0 for s in scores) > 100  # they do pass examples
+    earning = [(s.candidate_id, p, s.value) for s, p in zip(scores, programs)
+               if s.value > 0 and not s.passed]
+    assert earning == []
 
 
 def test_a_run_that_ends_badly_after_every_test_passed_scores_below_one(sandbox):
