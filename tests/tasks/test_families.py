@@ -99,11 +99,16 @@ def test_repair_prompt_shows_the_buggy_program_and_the_fix_is_graded(sandbox, se
 
 def test_a_repair_prompt_shows_an_example_its_buggy_program_gets_wrong(sandbox, seeds):
     # The prompt says a fix returns the shown results: the buggy program must not return them
-    # all (the subtlest caught mutant did in 14 of the pool's 39 repair tasks).
+    # all (the subtlest caught mutant did in 14 of the pool's 39 repair tasks); and a hidden
+    # example must catch it too, or the buggy program with its shown inputs special-cased
+    # passes every test (it did in 8 of 39 once the first rule alone chose the bug).
     repairs = [t for t in seeds if t.family is TaskFamily.REPAIR]
     shown = [dataclasses.replace(t.tests, examples=t.visible) for t in repairs]
-    results = sandbox.check_many([t.buggy for t in repairs], shown)
-    assert len(repairs) >= 30 and not [t.task_id for t, r in zip(repairs, results) if r.passed]
+    hidden = [dataclasses.replace(t.tests, examples=t.tests.examples[len(t.visible):])
+              for t in repairs]
+    results = sandbox.check_many([t.buggy for t in repairs] * 2, shown + hidden)
+    assert len(repairs) >= 30 and not [t.task_id for t, r in zip(repairs * 2, results)
+                                       if r.passed]
 
 
 def test_predict_is_graded_as_data_and_code_is_not_an_answer(sandbox, seeds):
