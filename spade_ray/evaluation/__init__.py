@@ -1,5 +1,6 @@
-"""Evaluation: scoring rules for candidates (scoring.py) and the fixed validation set
-(humaneval.py, never mixed with generated tasks).
+"""Evaluation: scoring rules for candidates (scoring.py, measured from what a program earns
+without solving its task: baselines.py) and the fixed validation set (humaneval.py, never mixed
+with generated tasks).
 
     from spade_ray.evaluation import score, compare
     s = score(candidate, sandbox.check(candidate.code, task.tests))

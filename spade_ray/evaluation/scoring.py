@@ -5,9 +5,10 @@ Hard rules first, and only rules:
     confirmed per-test outcomes: the fraction of the task's tests passed, or, given a task of
     I/O examples, `partial_credit`: no credit for what its prompt gives away (a shown example
     passed earns nothing, a shown example failed, or a run that did not end ok, costs as a
-    hidden one failed), and none for what a program that ignores its input earns (the credit
-    of the best constant or echo of an argument is the zero: `return False` passed 3 of 4
-    hidden examples of a seed task, and beat every honest attempt that raised). A repair task
+    hidden one failed), and none for what a program earns without solving the task (a table
+    of the shown examples and a constant, an argument or one cheap operation on one: the zero,
+    baselines.py; `return False` passed 3 of 4 hidden examples of a seed task, and beat every
+    honest attempt that raised). A repair task
     gets none (1.0 or 0.0): the buggy program its prompt shows is a subtle mutant that passes
     most examples, so a copy of it would outscore an honest fix that breaks one more;
   * value = 0.0 when the run hit a limit (timeout, memory_limit, output_limit), was killed, or
@@ -32,9 +33,7 @@ the rules call equal (compare == 0) may be sent to a judge; a judge never overri
 
 from __future__ import annotations
 
-import functools
-
-from spade_ray.execution import canonical
+from spade_ray.evaluation.baselines import null_credit
 from spade_ray.records import (
     Candidate,
     CheckResult,
@@ -42,7 +41,6 @@ from spade_ray.records import (
     Score,
     Task,
     TaskFamily,
-    TestSuite,
     Verdict,
 )
 
@@ -110,9 +108,10 @@ def score(candidate: Candidate, result: CheckResult, task: Task | None = None,
 
 def partial_credit(result: CheckResult, task: Task, hints: int | None = None) -> float:
     """A failing candidate's value on a task of I/O examples: its credit (hidden examples
-    passed over hidden examples plus shown ones failed, plus one for a run that did not end
-    ok), rescaled so that what a program ignoring its input earns (`null_credit`) is 0, and
-    none below it. A task of assert or check code: the fraction of its tests passed."""
+    passed less shown ones failed, over the hidden ones plus one for a run that did not end
+    ok), rescaled so that what a program that does not solve the task earns
+    (baselines.null_credit) is 0, and none below it. A task of assert or check code: the
+    fraction of its tests passed."""
     examples = task.tests.examples
     if not examples:
         return result.fraction_passed
@@ -126,27 +125,12 @@ def partial_credit(result: CheckResult, task: Task, hints: int | None = None) ->
     return max(0.0, (_credit(right, shown, ended_badly) - floor) / (1.0 - floor))
 
 
-@functools.lru_cache(maxsize=1024)
-def null_credit(tests: TestSuite, shown: int) -> float:
-    """The best credit (`partial_credit`, unscaled) a program that ignores its input earns on
-    `tests`' examples when the first `shown` are in its prompt: a table of the shown ones and,
-    for every other input, a constant (the best one: some example's expected result) or one of
-    its arguments as it is."""
-    tolerance = tests.float_tolerance
-    examples = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in tests.examples]
-    constants = {e.expected: expected for e, (_, expected) in zip(tests.examples, examples)}
-    nulls = [[canonical.same(c, expected, tolerance) for _, expected in examples]
-             for c in constants.values()]
-    arity = max(len(args) for args, _ in examples)
-    nulls += [[k < len(args) and canonical.same(args[k], expected, tolerance)
-               for args, expected in examples] for k in range(arity)]
-    return max(_credit([True] * shown + right[shown:], shown, False) for right in nulls)
-
-
 def _credit(right: list[bool], shown: int, ended_badly: bool) -> float:
-    hidden = len(right) - shown
-    denominator = hidden + right[:shown].count(False) + ended_badly
-    return sum(right[shown:]) / denominator if denominator else 0.0
+    """Hidden examples passed less shown ones failed (each costs as much as a hidden one), over
+    the hidden examples plus one for a run that did not end ok."""
+    denominator = len(right) - shown + ended_badly
+    gained = sum(right[shown:]) - right[:shown].count(False)
+    return max(0, gained) / denominator if denominator else 0.0
 
 
 def score_many(candidates: list[Candidate], results: list[CheckResult],

@@ -1,0 +1,93 @@
+"""What a program earns without solving its task: the floor partial credit is measured from.
+
+A policy optimised against partial credit first finds the programs that read nothing of the task
+but its prompt: a table of the shown examples, and for any other input a constant, an argument
+as it is, or one cheap operation on an argument (`len`, `sorted`, a reversal, `min`, `sum`,
+`not`, `a + b`...). On the seed pool, the best constant or echo earned 0.25 or more on 34 of 45
+codegen tasks (`return False`: 0.75), and a shown table plus one cheap operation 0.33 to 0.67 on
+eight more; each outscored every honest attempt that raised. `null_credit` is the best such
+program's credit on a suite, the zero of `scoring.partial_credit`.
+
+The guesses run here, on the host, on decoded plain data (admission caps a generated task's
+inputs and outputs; an example whose encoded arguments are over `MAX_GUESSED_ARGS` characters is
+a miss for every operation); one that raises is a miss. Non-goal: every short program; these are
+the ones that need no reading of the description.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from spade_ray.execution import canonical
+from spade_ray.records import TestSuite
+
+MAX_GUESSED_ARGS = 100_000
+
+# One cheap operation on one argument ({0}), and on two ({0}, {1}): the expression, so that a
+# test can write each as a program; the functions are made of the same text.
+UNARY = {
+    "len": "len({0})", "sorted": "sorted({0})", "sorted_desc": "sorted({0}, reverse=True)",
+    "reversed": "{0}[::-1]", "min": "min({0})", "max": "max({0})", "sum": "sum({0})",
+    "first": "{0}[0]", "last": "{0}[-1]", "not": "not {0}", "bool": "bool({0})",
+    "neg": "-{0}", "abs": "abs({0})", "str": "str({0})", "int": "int({0})",
+    "lower": "{0}.lower()", "upper": "{0}.upper()", "strip": "{0}.strip()",
+    "set_sorted": "sorted(set({0}))", "wrapped": "[{0}]",
+}
+BINARY = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "eq": "{0} == {1}",
+    "in": "{0} in {1}", "min2": "min({0}, {1})", "max2": "max({0}, {1})",
+}
+_OPS: dict[str, Callable[..., Any]] = {
+    name: eval(f"lambda a, b=None: {expression.format('a', 'b')}")  # noqa: S307 - our text
+    for name, expression in (UNARY | BINARY).items()}
+
+
+def guesses(examples: Sequence[tuple[tuple, Any]], tolerance: float = 0.0,
+            sizes: Sequence[int] | None = None) -> dict[str, list[bool]]:
+    """Per guess, which (args, expected) examples it gets right: `const:<repr>` for every
+    example's expected value, `arg<k>` for an argument as it is, `<op>(arg<k>)` and
+    `<op>(arg<j>, arg<k>)` for one operation (`sizes`: each example's encoded argument size)."""
+    sizes = sizes or [0] * len(examples)
+    rows: dict[str, list[bool]] = {}
+    for _, expected in examples:
+        rows.setdefault(f"const:{canonical.encode(expected)}",
+                        [canonical.same(expected, e, tolerance) for _, e in examples])
+    arity = max((len(args) for args, _ in examples), default=0)
+    for k in range(arity):
+        rows[f"arg{k}"] = [k < len(args) and canonical.same(args[k], e, tolerance)
+                           for args, e in examples]
+        for name in UNARY:
+            rows[f"{name}(arg{k})"] = [_right(_OPS[name], args, (k,), e, size, tolerance)
+                                       for (args, e), size in zip(examples, sizes)]
+    for j, k in itertools.permutations(range(arity), 2):
+        for name in BINARY:
+            rows[f"{name}(arg{j}, arg{k})"] = [_right(_OPS[name], args, (j, k), e, size,
+                                                      tolerance)
+                                               for (args, e), size in zip(examples, sizes)]
+    return rows
+
+
+def _right(op, args: tuple, positions: tuple[int, ...], expected: Any, size: int,
+           tolerance: float) -> bool:
+    if size > MAX_GUESSED_ARGS or max(positions) >= len(args):
+        return False
+    try:
+        return canonical.same(op(*(args[i] for i in positions)), expected, tolerance)
+    except Exception:  # noqa: BLE001 - a guess that raises on this input is a miss
+        return False
+
+
+@functools.lru_cache(maxsize=1024)
+def null_credit(tests: TestSuite, shown: int) -> float:
+    """The best credit (`scoring.partial_credit`, unscaled) a program that does not solve the
+    task earns on `tests`' examples when the first `shown` are in its prompt: a table of the
+    shown ones and, for every other input, a guess (`guesses`)."""
+    examples = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in tests.examples]
+    rows = guesses(examples, tests.float_tolerance, [len(e.args) for e in tests.examples])
+    hidden = len(examples) - shown
+    if hidden <= 0:
+        return 0.0
+    return max(sum(right[shown:]) for right in rows.values()) / hidden
