@@ -10,6 +10,8 @@ reached, so a round can be capped in cost.
 from __future__ import annotations
 
 import dataclasses
+import io
+import tokenize
 from collections.abc import Callable, Sequence
 
 from spade_ray.records import Completion, SamplingParams
@@ -24,12 +26,34 @@ class TokenBudgetExceeded(RolloutError):
 
 
 def normalise(text: str) -> str:
-    """What counts as 'the same program': the same lines at the same indentation (a `return`
-    one level out is another program, the commonest bug of a small model), whitespace runs
-    inside a line collapsed, blank lines and trailing whitespace dropped."""
-    lines = (line.rstrip() for line in text.splitlines())
-    return "\n".join(line[:len(line) - len(line.lstrip())] + " ".join(line.split())
-                     for line in lines if line)
+    """What counts as 'the same program': the same tokens on the same lines at the same depth
+    of indentation. Indentation is meaning (a `return` one level out is another program, the
+    commonest bug of a small model) and so is the text of a string (`split(' ')` is not
+    `split('  ')`); the spacing between tokens, blank lines and a line continuation are not.
+    Text that does not tokenize (an unclosed bracket or string) is compared by its lines, each
+    at its own indentation with the whitespace inside it collapsed."""
+    try:
+        return _token_lines(text)
+    except (tokenize.TokenError, SyntaxError):
+        lines = (line.rstrip() for line in text.split("\n"))
+        return "\n".join(line[:len(line) - len(line.lstrip())] + " ".join(line.split())
+                         for line in lines if line)
+
+
+def _token_lines(text: str) -> str:
+    lines, line, depth = [], [], 0
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.INDENT:
+            depth += 1
+        elif token.type == tokenize.DEDENT:
+            depth -= 1
+        elif token.type in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER):
+            if line:
+                lines.append("    " * depth + " ".join(line))
+            line = []
+        else:
+            line.append(token.string)
+    return "\n".join(lines)
 
 
 @dataclasses.dataclass

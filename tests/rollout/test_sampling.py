@@ -77,9 +77,15 @@ def test_greedy_real_model_yields_one_distinct_candidate(tiny_model):
     assert meter.prompt_tokens == prompt_len * result.sampled
 
 
-def test_normalise_collapses_whitespace_only():
-    assert normalise("def f():\n\n    return  1  \n") == "def f():\n    return 1"
-    assert normalise("a=1") != normalise("a = 1")
+def test_normalise_ignores_spacing_between_tokens_only():
+    assert normalise("def f():\n\n    return  1  \n") == normalise("def f( ):\n  return 1")
+    assert normalise("a=1") == normalise("a = 1")
+    assert normalise("def f():\n\treturn 1\n") == normalise("def f():\n    return 1\n")
     # indentation is Python's meaning: one level out is another program
     inside = "def f(xs):\n    for x in xs:\n        return x\n"
     assert normalise(inside) != normalise(inside.replace("        return", "    return"))
+    # and so is a string's text, and a line break (U+2028 is not one)
+    assert normalise("s.split(' ')") != normalise("s.split('  ')")
+    assert normalise("x = 1\u2028y = 2") != normalise("x = 1\ny = 2")
+    # text that does not tokenize is compared by its lines
+    assert normalise("def f(:\n    x  +  1") == "def f(:\n    x + 1" != normalise("def f(:\nx + 1")
