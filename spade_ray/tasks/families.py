@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 
 from spade_ray.evaluation import scoring
 from spade_ray.execution import canonical
@@ -28,12 +29,15 @@ from spade_ray.tasks.format import call_text
 from spade_ray.tasks.imports import with_missing_imports
 from spade_ray.tasks.templates import PromptTemplate, render
 
-# A fenced block with any info string (```python, ```py, ``` Python3): with `python` alone, the
-# others matched their closing fence as an opening one and the prose after it became the code.
-_CODE_BLOCK = re.compile(r"```[^\n`]*\n(.*?)(?:```|$)", re.DOTALL)
+# A fenced block as Markdown has it: a line opening with ``` or ~~~ (indented or not, any info
+# string: ```python, ```py, ``` Python3), up to a line closing with the same fence or the end.
+# Matched anywhere, ```python alone took an inline ``` in the prose, or the closing fence of a
+# ```py block, as an opening one, and the prose after it became the code.
+_CODE_BLOCK = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[^\n`]*\n(?P<body>.*?)"
+                         r"(?:^[ \t]*(?P=fence)[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
 # A predict answer written over several lines is the shortest run of leading lines that makes
-# one expression; longer texts are not parsed on the host.
-_ANSWER_LINES, _ANSWER_CHARS = 64, 20_000
+# one expression; longer texts are not parsed on the host (64 parses of 4,000 characters: 60 ms).
+_ANSWER_LINES, _ANSWER_CHARS = 64, 4_000
 
 
 def solver_prompt(templates: dict[str, PromptTemplate], task: Task, examples: list[Task],
@@ -92,7 +96,7 @@ def candidate_program(task: Task, completion: str, chat: bool) -> str:
     if chat:
         completion = completion.replace("\r\n", "\n")
         match = _CODE_BLOCK.search(completion)
-        code = (match.group(1) if match else completion).strip("\n") + "\n"
+        code = (textwrap.dedent(match["body"]) if match else completion).strip("\n") + "\n"
     elif task.family is TaskFamily.PREDICT:
         code = completion
     else:  # the prompt ends with the signature's line: the model writes the lines below it

@@ -2,6 +2,7 @@
 
 import dataclasses
 import random
+import textwrap
 
 import pytest
 
@@ -133,13 +134,21 @@ def test_chat_candidates_come_from_the_code_block(seeds):
     assert candidate_program(predict, "```python\n[1, 2]\n```", chat=True) == "[1, 2]"
 
 
-@pytest.mark.parametrize("fence", ["```py", "```Python", "```python3", "``` python", "```"])
+@pytest.mark.parametrize("fence", ["```py", "```Python", "```python3", "``` python", "```",
+                                   "~~~python"])
 def test_any_fence_spelling_gives_the_code_not_the_prose_after_it(sandbox, seeds, fence):
     task = of(seeds, TaskFamily.CODEGEN, "reverse_string")
-    answer = f"Here:\n{fence}\n{task.reference}```\nThis reverses s.\n"
-    for text in (answer, answer.replace("\n", "\r\n")):
-        code = candidate_program(task, text, chat=True)
-        assert code == task.reference and sandbox.check(executable(task, code), task.tests).passed
+    block = f"{fence}\n{task.reference}{fence[:3]}\n"
+    answers = [f"Here:\n{block}This reverses s.\n",
+               f"Put code in ```python``` blocks:\n{block}",  # an inline fence before it
+               "1. The code:\n" + textwrap.indent(block, "   ")]  # a block inside a list item
+    for answer in answers:
+        for text in (answer, answer.replace("\n", "\r\n")):
+            code = candidate_program(task, text, chat=True)
+            assert code == task.reference, text
+    assert sandbox.check(executable(task, code), task.tests).passed
+    quoted = "```python\ndef f():\n    return '```'\n```\n"  # a fence inside a string
+    assert candidate_program(task, quoted, chat=True) == "def f():\n    return '```'\n"
 
 
 def test_a_predict_answer_wrapped_over_lines_is_one_literal(sandbox, seeds):
