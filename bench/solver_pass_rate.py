@@ -20,7 +20,7 @@ tasks is made from (in any family), so the rows say what it does to tasks it has
 --run it trains on the whole pool, as a run's warm start does.
 
     .venv/bin/python bench/solver_pass_rate.py [--tasks 24] [--temperatures 1.0,0.7,0.5]
-        [--min-p 0,0.1] [--sft-warmup 1]
+        [--min-p 0,0.1] [--sft-warmup 1] [--families repair]
     .venv/bin/python bench/solver_pass_rate.py --run runs/cpu_gemma --temperatures 1.0 \
         --hints own,4,6
 """
@@ -51,6 +51,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--tasks", type=int, default=24, help="tasks, families in turn")
+    parser.add_argument("--families", default=",".join(f.value for f in TaskFamily),
+                        help="the task families measured, e.g. repair")
     parser.add_argument("--run", help="a run directory: solve its admitted generated tasks")
     parser.add_argument("--candidates", type=int, default=4)
     parser.add_argument("--temperatures", default="1.0,0.7,0.5")
@@ -69,7 +71,9 @@ def main() -> int:
     rows = []
     with Sandbox("local", limits) as sandbox:
         seeds = load_seed_tasks(sandbox, limits)
-        tasks = in_turn(generated_tasks(args.run) if args.run else seeds, args.tasks)
+        families = {TaskFamily(f) for f in args.families.split(",")}
+        tasks = in_turn([t for t in (generated_tasks(args.run) if args.run else seeds)
+                         if t.family in families], args.tasks)
         settings = [(float(t), float(m), None if h == "own" else int(h))
                     for t in args.temperatures.split(",") for m in args.min_p.split(",")
                     for h in args.hints.split(",")]
@@ -101,7 +105,7 @@ def measure(engines, templates, sampling: SamplingParams, seeds: list[Task], tas
     scored = score(solutions, execute(sandbox, solutions, limits), 0.0, False)
     seconds = time.monotonic() - started
     rows = []
-    for family in [*TaskFamily, None]:
+    for family in [*{t.family: None for t in tasks}, None]:  # the measured families, then all
         mine = [t.task_id for t in tasks if family is None or t.family is family]
         verdicts = [s for c, s in zip(solutions.candidates, scored.scores) if c.task_id in mine]
         rates = [scored.pass_rates[t] for t in mine if t in scored.pass_rates]
