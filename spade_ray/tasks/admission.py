@@ -11,7 +11,8 @@ Every rejection has a short, countable reason (the round's metrics count them):
                 nondeterministic        fresh interpreters (their own hash seeds and address
                                         layouts) disagree, or one disagrees with itself
                                         when the inputs are run again on a moved heap
-                                        (on the generator's inputs or the augmented ones)
+                                        (on the generator's inputs or the augmented ones;
+                                        for repair, the buggy program shown too)
                 reference_raises        too few inputs left once those the reference raises on
                                         (or whose result is not plain data) are dropped, or
                                         none of the generator's own
@@ -187,7 +188,32 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
         if i != first[key]:  # the sandbox CPU of a shared run is counted once
             verdict = dataclasses.replace(verdict, cpu_s=0.0)
         verdicts.append(verdict)
-    return verdicts
+    return _with_deterministic_bugs(verdicts, executor, limits, config)
+
+
+def _with_deterministic_bugs(verdicts: list[Admitted], executor, limits: Limits,
+                             config: AdmissionConfig) -> list[Admitted]:
+    """The verdicts, a repair task whose buggy program answers differently in fresh
+    interpreters rejected as nondeterministic. The driver ran only the reference: a branch only
+    a mutant reaches (`startswith` mutated to `endswith`) can read the process (an address's
+    bits), and a copy of such a buggy program then passed 14 of 20 gradings, a pass rate paid as
+    if the solver half-knew the fix. The bug runs through the driver as the reference did."""
+    repairs = [i for i, v in enumerate(verdicts) if v.task is not None and v.task.buggy]
+    calls = {i: [canonical.decode(e.args) for e in verdicts[i].task.tests.examples]
+             for i in repairs}
+    runs = executor.run_many([driver.DRIVER] * len(repairs),
+                             [driver.job(verdicts[i].task.buggy, verdicts[i].task.entry_point,
+                                         calls[i]) for i in repairs],
+                             limits=driver.driver_limits(limits)) if repairs else []
+    out = list(verdicts)
+    for i, run in zip(repairs, runs):
+        v = verdicts[i]
+        if driver.answers(run, len(calls[i]), config.max_reference_cpu_s) == "nondeterministic":
+            out[i] = Admitted(v.proposal, v.family, None, "nondeterministic",
+                              v.cpu_s + run.cpu_s, v.mutation_score)
+        else:
+            out[i] = dataclasses.replace(v, cpu_s=v.cpu_s + run.cpu_s)
+    return out
 
 
 def _job(proposal: Proposal, inputs: Sequence[tuple]) -> str:

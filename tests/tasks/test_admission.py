@@ -235,6 +235,21 @@ def test_repair_needs_a_mutant_the_examples_catch(sandbox):
     assert seed([p], [REPAIR], ["strings"])[0].reason == "no_killed_mutant"
 
 
+def test_a_repair_bug_that_reads_the_process_is_nondeterministic(sandbox):
+    # Only a mutant (startswith -> endswith) reaches the branch that reads an address: its
+    # copy would pass by luck. The bug runs through the driver as the reference does.
+    p = proposal("def f(s: str) -> int:\n"
+                 "    r = len(s) * 3 + s.count('a') * 5 - 2\n"
+                 "    if s.startswith('qz'):\n"
+                 "        r += int(repr(object())[-4:-1], 16) % 7\n"
+                 "    return r\n",
+                 "f('abcqz')\nf('banana')\nf('alphaqz')\nf('aardvark')\nf('ma')\n"
+                 "f('papaya')\nf('lambdaqz')")
+    for _ in range(2):
+        v = verdict(sandbox, p, REPAIR, AdmissionConfig(augment_inputs=8))
+        assert v.reason == "nondeterministic" or "endswith('qz')" not in v.task.buggy, v
+
+
 def test_a_reference_whose_printed_output_lies_fails_the_trusted_check(sandbox):
     # repr says 'a', but the value is a str subclass: not plain data for the grader.
     p = proposal("def f(s: str) -> str:\n    class S(str):\n        pass\n"
@@ -337,7 +352,9 @@ def test_the_always_equal_object_never_passes(sandbox):
 
 def test_sandbox_cpu_of_a_program_listed_for_several_families_counts_once(sandbox):
     v = admit([GOOD] * 3, list(TaskFamily), ["lists"] * 3, sandbox, LIMITS)
-    assert all(x.valid for x in v) and v[0].cpu_s > 0 and v[1].cpu_s == v[2].cpu_s == 0
+    assert all(x.valid for x in v) and v[0].cpu_s > 0
+    # what the others add is their own: the repair task's bug through the driver, none else
+    assert {x.family: x.cpu_s > 0 for x in v[1:]} == {f: f is REPAIR for f in list(TaskFamily)[1:]}
 
 
 def test_normalised_hash_ignores_names_docstrings_and_layout():
