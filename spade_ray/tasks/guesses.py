@@ -11,6 +11,7 @@ rate the generator's learnability reward pays most for.
 from __future__ import annotations
 
 import ast
+import itertools
 from collections.abc import Sequence
 
 from spade_ray.execution import canonical
@@ -110,8 +111,28 @@ def coin_flip(examples: Sequence[IOExample], lines: Sequence[int], asked: int) -
     if len(lines) == len(examples):  # fewer answers of one `return` are no evidence
         groups.append(([i for i, line in enumerate(lines) if line == lines[asked]],
                        SAME_RETURN_EVIDENCE))  # (an index found at 0, 2, 0)
-    return any(len(group) >= least and len({_without_echoes(examples[i])
-                                            for i in group}) <= 2 for group, least in groups)
+    return any(len(group) >= least and (
+        len({_without_echoes(examples[i]) for i in group}) <= 2
+        or _bit_on_an_argument([examples[i] for i in group])) for group, least in groups)
+
+
+def _bit_on_an_argument(examples: Sequence[IOExample]) -> bool:
+    """Whether every int answer is m * an int argument + one of exactly two offsets, for one
+    integer slope m: `n + 2 * bit - 1` or `10 * n + bit` with a bit no reader computes, a coin
+    flip whose answers all differ because they follow n (one offset is a rule, not a guess)."""
+    pairs = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in examples]
+    # through any two points a slope fits: fewer than five leave two offsets by construction
+    if len(pairs) < SAME_RETURN_EVIDENCE or not all(type(y) is int for _, y in pairs):
+        return False
+    for k in range(min(len(args) for args, _ in pairs)):
+        points = [(args[k], y) for args, y in pairs]
+        if not all(type(x) is int for x, _ in points):
+            continue
+        slopes = {(y2 - y1) // (x2 - x1) + d for (x1, y1), (x2, y2)
+                  in itertools.combinations(points, 2) if x1 != x2 for d in (0, 1)}
+        if any(len({y - m * x for x, y in points}) == 2 for m in slopes):
+            return True
+    return False
 
 
 def _without_echoes(example: IOExample) -> str:

@@ -300,6 +300,9 @@ def test_a_predict_task_never_asks_for_an_answer_a_guess_can_give(sandbox):
     ("def f(n: int) -> str:\n    return str(n % 7 > 3)", "bool"),
     ("def f(n: int) -> int:\n    return (n % 7 > 3) * 41 + 1", "two_valued"),
     ("def f(n: int) -> tuple:\n    return (n, n % 7 == 3)", "bool"),  # the echo is free
+    # a bit around an argument: every answer differs, but each is n - 1 or n + 1 (pass 7)
+    ("def f(n: int) -> int:\n    return n + 2 * (n * 1103515245 >> 16 & 1) - 1", "two_valued"),
+    ("def f(n: int) -> int:\n    return 10 * n + (n % 4 == 1)", "two_valued"),
 ])
 def test_a_predict_task_whose_answers_take_two_values_is_a_coin_flip(sandbox, body, reason):
     """A third red-team pass had ones like the first four admitted as questions (and `1 if c
