@@ -95,6 +95,7 @@ MUTANT_ROLES = {False: "mutant", True: "mutant:fixed"}  # by Mutant.fixed
 MUTANT_SLOWDOWN = 4.0  # a mutant's budget, in times the reference's check (_mutant_limits)
 PREDICT_ENTRY = "answer"  # the function a predict candidate defines (families.py)
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
+FLOAT_TOLERANCE = 1e-9  # of a task with float answers (suite_of)
 @dataclasses.dataclass(frozen=True)
 class AdmissionConfig:
     min_examples: int = 2  # inputs the reference must answer (with plain data)
@@ -277,8 +278,7 @@ def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
     timed one out and rejected a sound task as reference_fails_examples. Mutants come in two
     batches: `max_mutants`, then as many more for a proposal whose first ones did not all
     count (`counted`), so that mutants killed by any input cannot thin out the sample."""
-    suites = {key: TestSuite(examples=core.examples, entry_point=p.entry_point)
-              for key, (p, core) in cores.items()}
+    suites = {key: suite_of(core.examples, p.entry_point) for key, (p, core) in cores.items()}
     references = executor.check_many([p.reference for p, _ in cores.values()],
                                      list(suites.values()), limits=limits) if cores else []
     out = {key: [("reference", p.reference, result)]
@@ -405,12 +405,35 @@ def counted(role: str, check: CheckResult) -> bool:
     return returned and (passed_one or role == MUTANT_ROLES[False])
 
 
+def suite_of(examples: Sequence[IOExample], entry_point: str) -> TestSuite:
+    """The examples as the suite that grades them (the reference's and the mutants' checks
+    too). A float answer depends on the order of its operations, which no description states:
+    of five right means (fsum, fmean, sum / len, a loop, statistics.mean) two passed exactly,
+    so a task with float answers compares them with FLOAT_TOLERANCE."""
+    floats = any(_holds_float(canonical.decode(e.expected)) for e in examples)
+    return TestSuite(examples=tuple(examples), entry_point=entry_point,
+                     float_tolerance=FLOAT_TOLERANCE if floats else 0.0)
+
+
+def _holds_float(value) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is float:
+            return True
+        if type(item) in (list, tuple, set, frozenset):
+            stack.extend(item)
+        elif type(item) is dict:
+            stack.extend(item.values())
+    return False
+
+
 def make_task(p: Proposal, family: TaskFamily, topic: str, examples: tuple[IOExample, ...],
               asked: int, buggy: str | None, limits: Limits, config: AdmissionConfig,
               source: TaskSource, generator_version: int) -> Task:
     """The task of `family` made of an admitted proposal and its examples (a predict task
     asks `examples[asked]`, one of the generator's own inputs)."""
-    suite = TestSuite(examples=examples, entry_point=p.entry_point)
+    suite = suite_of(examples, p.entry_point)
     visible = examples[:config.visible_examples]
     if family is TaskFamily.PREDICT:
         # The answer is the output as data, returned by the candidate's `answer()`.
@@ -418,7 +441,7 @@ def make_task(p: Proposal, family: TaskFamily, topic: str, examples: tuple[IOExa
         visible = (question,)
         suite = TestSuite(examples=(IOExample(args=canonical.encode(()),
                                               expected=question.expected),),
-                          entry_point=PREDICT_ENTRY)
+                          entry_point=PREDICT_ENTRY, float_tolerance=suite.float_tolerance)
     blob = json.dumps([family, p.description, p.reference, [dataclasses.astuple(e)
                                                              for e in suite.examples], buggy])
     return Task(task_id=hashlib.sha256(blob.encode()).hexdigest()[:16], family=family,

@@ -250,6 +250,22 @@ def test_a_repair_bug_that_reads_the_process_is_nondeterministic(sandbox):
         assert v.reason == "nondeterministic" or "endswith('qz')" not in v.task.buggy, v
 
 
+def test_float_answers_are_compared_with_a_tolerance_the_order_of_a_sum_cannot_fail(sandbox):
+    # Every mean below is right; exactly, only the reference's own order of additions passed.
+    p = proposal("def mean(xs: list[float]) -> float:\n    return math.fsum(xs) / len(xs)",
+                 "mean([1.5, 2.5])\nmean([1.0, 2.0, 4.5])\nmean([0.1] * 10)\n"
+                 "mean([0.1, 0.2, 0.3])\nmean([0.7, 0.1, 0.3, 0.9])")
+    v = verdict(sandbox, p, CODEGEN, AdmissionConfig(min_mutation_score=0.0))
+    assert v.valid and v.task.tests.float_tolerance > 0, v.reason
+    means = ["import math\ndef mean(xs):\n    return math.fsum(xs) / len(xs)\n",
+             "def mean(xs):\n    return sum(xs) / len(xs)\n",
+             "import statistics\ndef mean(xs):\n    return statistics.mean(xs)\n",
+             "def mean(xs):\n    t = 0.0\n    for x in xs:\n        t += x\n"
+             "    return t / len(xs)\n"]
+    assert [r.passed for r in sandbox.check_many(means, [v.task.tests] * 4)] == [True] * 4
+    assert verdict(sandbox, GOOD).task.tests.float_tolerance == 0.0  # ints stay exact
+
+
 def test_a_reference_whose_printed_output_lies_fails_the_trusted_check(sandbox):
     # repr says 'a', but the value is a str subclass: not plain data for the grader.
     p = proposal("def f(s: str) -> str:\n    class S(str):\n        pass\n"
