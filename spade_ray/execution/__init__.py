@@ -10,7 +10,7 @@
 
 from spade_ray.execution.executor import Executor, Placement
 from spade_ray.execution.protocol import BackendUnavailable
-from spade_ray.execution.sandbox import BACKENDS, Sandbox, SandboxInputError
+from spade_ray.execution.sandbox import BACKENDS, MAX_CODE_BYTES, Sandbox, SandboxInputError
 
-__all__ = ["BACKENDS", "BackendUnavailable", "Executor", "Placement", "Sandbox",
+__all__ = ["BACKENDS", "MAX_CODE_BYTES", "BackendUnavailable", "Executor", "Placement", "Sandbox",
            "SandboxInputError"]

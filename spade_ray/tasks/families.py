@@ -21,8 +21,7 @@ import re
 import textwrap
 
 from spade_ray.evaluation import scoring
-from spade_ray.execution import canonical
-from spade_ray.execution.sandbox import MAX_CODE_BYTES
+from spade_ray.execution import MAX_CODE_BYTES, canonical
 from spade_ray.records import IOExample, Task, TaskFamily
 from spade_ray.tasks.admission import PREDICT_ENTRY
 from spade_ray.tasks.format import call_text
