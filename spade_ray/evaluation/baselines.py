@@ -34,7 +34,7 @@ UNARY = {
     "first": "{0}[0]", "last": "{0}[-1]", "not": "not {0}", "bool": "bool({0})",
     "neg": "-{0}", "abs": "abs({0})", "str": "str({0})", "int": "int({0})",
     "lower": "{0}.lower()", "upper": "{0}.upper()", "strip": "{0}.strip()",
-    "set_sorted": "sorted(set({0}))", "wrapped": "[{0}]",
+    "set_sorted": "sorted(set({0}))", "wrapped": "[{0}]", "last_index": "len({0}) - 1",
 }
 BINARY = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "eq": "{0} == {1}",
@@ -49,7 +49,9 @@ def guesses(examples: Sequence[tuple[tuple, Any]], tolerance: float = 0.0,
             sizes: Sequence[int] | None = None) -> dict[str, list[bool]]:
     """Per guess, which (args, expected) examples it gets right: `const:<repr>` for every
     example's expected value, `arg<k>` for an argument as it is, `<op>(arg<k>)` and
-    `<op>(arg<j>, arg<k>)` for one operation (`sizes`: each example's encoded argument size)."""
+    `<op>(arg<j>, arg<k>)` for one operation, guarded: where the operation raises (on an
+    empty list, say), `x if xs else c` returns the best constant of those inputs (`sizes`:
+    each example's encoded argument size)."""
     sizes = sizes or [0] * len(examples)
     rows: dict[str, list[bool]] = {}
     for _, expected in examples:
@@ -60,24 +62,50 @@ def guesses(examples: Sequence[tuple[tuple, Any]], tolerance: float = 0.0,
         rows[f"arg{k}"] = [k < len(args) and canonical.same(args[k], e, tolerance)
                            for args, e in examples]
         for name in UNARY:
-            rows[f"{name}(arg{k})"] = [_right(_OPS[name], args, (k,), e, size, tolerance)
-                                       for (args, e), size in zip(examples, sizes)]
+            rows[f"{name}(arg{k})"] = _guarded(
+                [_right(name, args, (k,), e, size, tolerance)
+                 for (args, e), size in zip(examples, sizes)], examples, tolerance)
     for j, k in itertools.permutations(range(arity), 2):
         for name in BINARY:
-            rows[f"{name}(arg{j}, arg{k})"] = [_right(_OPS[name], args, (j, k), e, size,
-                                                      tolerance)
-                                               for (args, e), size in zip(examples, sizes)]
+            rows[f"{name}(arg{j}, arg{k})"] = _guarded(
+                [_right(name, args, (j, k), e, size, tolerance)
+                 for (args, e), size in zip(examples, sizes)], examples, tolerance)
     return rows
 
 
-def _right(op, args: tuple, positions: tuple[int, ...], expected: Any, size: int,
-           tolerance: float) -> bool:
+def _right(name: str, args: tuple, positions: tuple[int, ...], expected: Any, size: int,
+           tolerance: float) -> bool | None:
+    """Whether the operation gets the example right; None where it raises (or would build a
+    value far bigger than its arguments: `'ab' * 10**7` took 6 GB of the host)."""
     if size > MAX_GUESSED_ARGS or max(positions) >= len(args):
         return False
+    values = [args[i] for i in positions]
+    if name == "mul" and _product_size(*values) > MAX_GUESSED_ARGS:
+        return None
     try:
-        return canonical.same(op(*(args[i] for i in positions)), expected, tolerance)
-    except Exception:  # noqa: BLE001 - a guess that raises on this input is a miss
-        return False
+        return canonical.same(_OPS[name](*values), expected, tolerance)
+    except Exception:  # noqa: BLE001 - a guess that raises on this input is guarded
+        return None
+
+
+def _product_size(a: Any, b: Any) -> int:
+    """The length `a * b` would have when one is a sequence and the other an int (else 0)."""
+    for seq, times in ((a, b), (b, a)):
+        if isinstance(seq, (str, bytes, list, tuple)) and type(times) is int:
+            return len(seq) * abs(times)
+    return 0
+
+
+def _guarded(right: list[bool | None], examples: Sequence[tuple[tuple, Any]],
+             tolerance: float) -> list[bool]:
+    """An operation's row with its guard: where it raised, the most common expected value of
+    those examples is right."""
+    raised = [e for r, (_, e) in zip(right, examples) if r is None]
+    if not raised:
+        return [bool(r) for r in right]
+    best = max(raised, key=lambda c: sum(canonical.same(c, e, tolerance) for e in raised))
+    return [r if r is not None else canonical.same(best, e, tolerance)
+            for r, (_, e) in zip(right, examples)]
 
 
 @functools.lru_cache(maxsize=1024)
