@@ -87,7 +87,13 @@ from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
-from spade_ray.tasks.guesses import coin_flip, guessed_answers, lookup_passes, null_solvers
+from spade_ray.tasks.guesses import (
+    FLOAT_TOLERANCE,
+    coin_flip,
+    guessed_answers,
+    lookup_passes,
+    null_solvers,
+)
 from spade_ray.tasks.mutation import mutants
 from spade_ray.tasks.static import static_reason
 
@@ -95,7 +101,6 @@ MUTANT_ROLES = {False: "mutant", True: "mutant:fixed"}  # by Mutant.fixed
 MUTANT_SLOWDOWN = 4.0  # a mutant's budget, in times the reference's check (_mutant_limits)
 PREDICT_ENTRY = "answer"  # the function a predict candidate defines (families.py)
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
-FLOAT_TOLERANCE = 1e-9  # of a task with float answers (suite_of)
 @dataclasses.dataclass(frozen=True)
 class AdmissionConfig:
     min_examples: int = 2  # inputs the reference must answer (with plain data)

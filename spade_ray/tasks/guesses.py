@@ -19,8 +19,12 @@ from spade_ray.records import IOExample
 from spade_ray.tasks.format import Proposal
 
 SAME_RETURN_EVIDENCE = 5  # answers of one `return` that show it has at most two (coin_flip)
-NULL_CONSTANTS = {"none": "None", "zero": "0", "one": "1", "true": "True", "false": "False",
-                  "empty_str": "''", "empty_list": "[]", "empty_dict": "{}", "empty_tuple": "()"}
+NULL_CONSTANTS = {"none": "None", "zero": "0", "zero_float": "0.0", "one": "1", "true": "True",
+                  "false": "False", "empty_str": "''", "empty_list": "[]", "empty_dict": "{}",
+                  "empty_tuple": "()"}
+# How close a float answer must be (admission.suite_of gives it a task with float answers):
+# relative and absolute, so a float answer this close to 0 is the guess 0.0.
+FLOAT_TOLERANCE = 1e-9
 # Their canonical texts (what an example's expected output is stored as) -> name.
 NULL_ENCODED = {name: canonical.encode(ast.literal_eval(value))
                 for name, value in NULL_CONSTANTS.items()}
@@ -84,8 +88,10 @@ def guessed_answers(p: Proposal, examples: Sequence[IOExample]) -> list[str | No
         echo = next((f"echo_{params[i] if i < len(params) else i}"
                      for i, arg in enumerate(canonical.decode(e.args))
                      if canonical.encode(arg) == e.expected), None)
-        out.append(nulls.get(e.expected) or echo or ("literal" if e.expected in literals
-                                                      else None)
+        answer = canonical.decode(e.expected)
+        tiny = type(answer) is float and abs(answer) <= FLOAT_TOLERANCE
+        out.append(nulls.get(e.expected) or ("zero_float" if tiny else None) or echo
+                   or ("literal" if e.expected in literals else None)
                    or ("bool" if _bool_like(e) else None))
     return out
 
@@ -113,26 +119,45 @@ def coin_flip(examples: Sequence[IOExample], lines: Sequence[int], asked: int) -
                        SAME_RETURN_EVIDENCE))  # (an index found at 0, 2, 0)
     return any(len(group) >= least and (
         len({_without_echoes(examples[i]) for i in group}) <= 2
-        or _bit_on_an_argument([examples[i] for i in group])) for group, least in groups)
+        or bit_on_an_argument([examples[i] for i in group])) for group, least in groups)
 
 
-def _bit_on_an_argument(examples: Sequence[IOExample]) -> bool:
-    """Whether every int answer is m * an int argument + one of exactly two offsets, for one
-    integer slope m: `n + 2 * bit - 1` or `10 * n + bit` with a bit no reader computes, a coin
-    flip whose answers all differ because they follow n (one offset is a rule, not a guess)."""
+def bit_on_an_argument(examples: Sequence[IOExample]) -> bool:
+    """Whether the answers are an argument with a bit no reader computes: each int answer one
+    integer slope times an int argument (or its length) plus exactly two offsets, or one of two
+    multiples of it (`n + 2 * bit - 1`, `10 * n + bit`, `n * (2 + bit)`, `len(xs) * 2 + bit`),
+    or each str answer an argument's text plus one of two endings or beginnings (`s + 'ab'[bit]`,
+    `str(n) + 'xy'[bit]`). Their answers all differ because they follow the argument, yet a
+    guess passes half the time (one offset is a rule, not a guess). Examples of other types
+    are left out rather than hiding the rest."""
     pairs = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in examples]
-    # through any two points a slope fits: fewer than five leave two offsets by construction
-    if len(pairs) < SAME_RETURN_EVIDENCE or not all(type(y) is int for _, y in pairs):
-        return False
-    for k in range(min(len(args) for args, _ in pairs)):
-        points = [(args[k], y) for args, y in pairs]
-        if not all(type(x) is int for x, _ in points):
-            continue
-        slopes = {(y2 - y1) // (x2 - x1) + d for (x1, y1), (x2, y2)
-                  in itertools.combinations(points, 2) if x1 != x2 for d in (0, 1)}
-        if any(len({y - m * x for x, y in points}) == 2 for m in slopes):
+    for k in range(max((len(args) for args, _ in pairs), default=0)):
+        features = [[(a[k], y) for a, y in pairs if k < len(a) and type(a[k]) is int],
+                    [(len(a[k]), y) for a, y in pairs
+                     if k < len(a) and isinstance(a[k], (str, list, tuple, dict))]]
+        if any(_two_offsets([(x, y) for x, y in points if type(y) is int])
+               for points in features):
+            return True
+        texts = [(a[k] if type(a[k]) is str else str(a[k]), y) for a, y in pairs
+                 if k < len(a) and type(a[k]) in (str, int) and type(y) is str]
+        ends = [y[len(t):] for t, y in texts if y.startswith(t)]
+        starts = [y[:len(y) - len(t)] for t, y in texts if y.endswith(t)]
+        if any(len(rest) >= SAME_RETURN_EVIDENCE and len(set(rest)) == 2
+               for rest in (ends, starts)):
             return True
     return False
+
+
+def _two_offsets(points: list[tuple[int, int]]) -> bool:
+    """Five or more (x, y) where y is m * x plus exactly two offsets for one integer m, or
+    exactly two multiples of x (through any two points a slope fits: fewer prove nothing)."""
+    if len(points) < SAME_RETURN_EVIDENCE:
+        return False
+    slopes = {(y2 - y1) // (x2 - x1) + d for (x1, y1), (x2, y2)
+              in itertools.combinations(points, 2) if x1 != x2 for d in (0, 1)}
+    if any(len({y - m * x for x, y in points}) == 2 for m in slopes):
+        return True
+    return all(x and y % x == 0 for x, y in points) and len({y // x for x, y in points}) == 2
 
 
 def _without_echoes(example: IOExample) -> str:

@@ -12,7 +12,7 @@ from spade_ray.tasks.admission import AdmissionConfig, admit
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.driver import DRIVER, answers, driver_limits, job
 from spade_ray.tasks.format import parse_proposal
-from spade_ray.tasks.guesses import null_solvers
+from spade_ray.tasks.guesses import bit_on_an_argument, null_solvers
 
 CODEGEN, REPAIR, PREDICT = TaskFamily.CODEGEN, TaskFamily.REPAIR, TaskFamily.PREDICT
 LIMITS = Limits(timeout_s=1.0, cpu_s=1.0)
@@ -250,6 +250,32 @@ def test_a_repair_bug_that_reads_the_process_is_nondeterministic(sandbox):
         assert v.reason == "nondeterministic" or "endswith('qz')" not in v.task.buggy, v
 
 
+def test_a_bit_after_an_argument_is_found_whatever_its_spelling():
+    bits = [0, 1, 1, 0, 1, 0]
+
+    def examples(args, answer):
+        return [canonical.example((a,), answer(a, b)) for a, b in zip(args, bits)]
+
+    words = ["owl", "cat", "dog", "emu", "yak", "fox"]
+    lists = [[1], [1, 2], [], [3] * 5, [4], [2] * 9]
+    assert bit_on_an_argument(examples(words, lambda s, b: s + "ab"[b]))
+    assert bit_on_an_argument(examples(words, lambda s, b: "xy"[b] + s))
+    assert bit_on_an_argument(examples(lists, lambda xs, b: len(xs) * 2 + b))
+    # another type among the answers does not hide the rest
+    assert bit_on_an_argument(examples([3, 17, 40, 52, 71, 2.5], lambda n, b: n + 2 * b - 1))
+    # a rule is not a guess
+    assert not bit_on_an_argument(examples(words, lambda s, b: s + "!"))
+    assert not bit_on_an_argument(examples(lists, lambda xs, b: len(xs) * 2))
+    assert not bit_on_an_argument(examples([3, 17, 40, 52, 71, 88], lambda n, b: n * n))
+
+
+def test_a_tiny_float_answer_is_the_guess_zero(sandbox):
+    # Within the tolerance float answers get, 0.0 equals any answer under 1e-9 (pass 8)
+    p = proposal("def f(n: int) -> float:\n    return 0.5 ** (n + 40)", "f(1)\nf(5)\nf(9)")
+    assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:zero_float"
+    assert verdict(sandbox, p, CODEGEN).reason == "trivial_passes:zero_float"
+
+
 def test_float_answers_are_compared_with_a_tolerance_the_order_of_a_sum_cannot_fail(sandbox):
     # Every mean below is right; exactly, only the reference's own order of additions passed.
     p = proposal("def mean(xs: list[float]) -> float:\n    return math.fsum(xs) / len(xs)",
@@ -319,6 +345,9 @@ def test_a_predict_task_never_asks_for_an_answer_a_guess_can_give(sandbox):
     # a bit around an argument: every answer differs, but each is n - 1 or n + 1 (pass 7)
     ("def f(n: int) -> int:\n    return n + 2 * (n * 1103515245 >> 16 & 1) - 1", "two_valued"),
     ("def f(n: int) -> int:\n    return 10 * n + (n % 4 == 1)", "two_valued"),
+    # and its other spellings (pass 8): two multiples, a bit after an argument's text
+    ("def f(n: int) -> int:\n    return n * (2 + (n * 1103515245 >> 16 & 1))", "two_valued"),
+    ("def f(n: int) -> str:\n    return str(n) + 'xy'[n * 1103515245 >> 16 & 1]", "two_valued"),
 ])
 def test_a_predict_task_whose_answers_take_two_values_is_a_coin_flip(sandbox, body, reason):
     """A third red-team pass had ones like the first four admitted as questions (and `1 if c
