@@ -82,7 +82,7 @@ from spade_ray.records import (
     TestSuite,
     Verdict,
 )
-from spade_ray.tasks import driver
+from spade_ray.tasks import driver, repair
 from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, twins
 from spade_ray.tasks.diversity import normalised_hash
@@ -200,25 +200,16 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
 def _with_deterministic_bugs(verdicts: list[Admitted], executor, limits: Limits,
                              config: AdmissionConfig) -> list[Admitted]:
     """The verdicts, a repair task whose buggy program answers differently in fresh
-    interpreters rejected as nondeterministic. The driver ran only the reference: a branch only
-    a mutant reaches (`startswith` mutated to `endswith`) can read the process (an address's
-    bits), and a copy of such a buggy program then passed 14 of 20 gradings, a pass rate paid as
-    if the solver half-knew the fix. The bug runs through the driver as the reference did."""
+    interpreters rejected as nondeterministic (repair.bugs_differ)."""
     repairs = [i for i, v in enumerate(verdicts) if v.task is not None and v.task.buggy]
-    calls = {i: [canonical.decode(e.args) for e in verdicts[i].task.tests.examples]
-             for i in repairs}
-    runs = executor.run_many([driver.DRIVER] * len(repairs),
-                             [driver.job(verdicts[i].task.buggy, verdicts[i].task.entry_point,
-                                         calls[i]) for i in repairs],
-                             limits=driver.driver_limits(limits)) if repairs else []
+    found = repair.bugs_differ([verdicts[i].task for i in repairs], executor, limits,
+                               config.max_reference_cpu_s)
     out = list(verdicts)
-    for i, run in zip(repairs, runs):
+    for i, (differs, cpu_s) in zip(repairs, found):
         v = verdicts[i]
-        if driver.answers(run, len(calls[i]), config.max_reference_cpu_s) == "nondeterministic":
-            out[i] = Admitted(v.proposal, v.family, None, "nondeterministic",
-                              v.cpu_s + run.cpu_s, v.mutation_score)
-        else:
-            out[i] = dataclasses.replace(v, cpu_s=v.cpu_s + run.cpu_s)
+        out[i] = (Admitted(v.proposal, v.family, None, "nondeterministic", v.cpu_s + cpu_s,
+                           v.mutation_score) if differs
+                  else dataclasses.replace(v, cpu_s=v.cpu_s + cpu_s))
     return out
 
 
@@ -371,27 +362,13 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
         return Admitted(p, family, None, "weak_examples", cpu, score)
     buggy = None
     if family is TaskFamily.REPAIR:
-        shown = {f"example[{i}]" for i in range(config.visible_examples)}
-        bugs = [(code, r) for role, code, r in run if counted(role, r)
-                and any(o.name not in shown and o.outcome is not Verdict.PASSED
-                        for o in r.outcomes)]
-        if not bugs:
+        buggy = repair.shown_bug([(code, r) for role, code, r in run if counted(role, r)],
+                                 config.visible_examples)
+        if buggy is None:
             return Admitted(p, family, None, "no_killed_mutant", cpu, score)
-        buggy = max(bugs, key=lambda bug: _repair_rank(bug[1], shown))[0]
     task = make_task(p, family, topic, core.examples, asked, buggy, limits, config, source,
                      generator_version)
     return Admitted(p, family, task, "", cpu, score)
-
-
-def _repair_rank(check: CheckResult, shown: set[str]) -> tuple[bool, int]:
-    """Which of the mutants a hidden example catches a repair prompt shows (a bug that only
-    shown examples catch is fixed by special-casing their inputs: 8 of the seed pool's 39 repair
-    tasks were): one that fails a shown example first (the seed pool's subtlest bugs passed
-    both shown examples in 14 of 39 repair tasks: the prompt, which says a fix returns the shown
-    results, then gave no sign of the bug), then the subtlest (the mutant that passes most
-    examples)."""
-    return (any(o.name in shown and o.outcome is not Verdict.PASSED for o in check.outcomes),
-            sum(o.outcome is Verdict.PASSED for o in check.outcomes))
 
 
 def counted(role: str, check: CheckResult) -> bool:

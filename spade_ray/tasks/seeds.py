@@ -20,7 +20,7 @@ from pathlib import Path
 
 from spade_ray.execution import canonical
 from spade_ray.records import Limits, Task, TaskFamily, TaskSource, from_dict, to_dict
-from spade_ray.tasks import admission, driver, guesses, mutation, static
+from spade_ray.tasks import admission, driver, guesses, mutation, repair, static
 from spade_ray.tasks import format as task_format
 from spade_ray.tasks.admission import AdmissionConfig, admit
 from spade_ray.tasks.format import Proposal, parse_proposal
@@ -91,7 +91,7 @@ def _not_this_family(v: admission.Admitted) -> bool:
 
 def _key(path: Path, limits: Limits, config: AdmissionConfig) -> str:
     digest = hashlib.sha256(path.read_bytes())
-    for module in (admission, guesses, static, driver, mutation, task_format):
+    for module in (admission, guesses, repair, static, driver, mutation, task_format):
         digest.update(Path(module.__file__).read_bytes())
     digest.update(Path(canonical.SOURCE).read_bytes())
     digest.update(json.dumps([dataclasses.asdict(limits), dataclasses.asdict(config)],

@@ -1,0 +1,128 @@
+"""Admission's guesses: what passes without solving (tasks/guesses.py), each refused through
+admit() with a real sandbox: null solvers, a table of the shown examples, and predict answers a
+guess states (constants, echoes, literals, coin flips by any spelling)."""
+
+import pytest
+
+from spade_ray.execution import canonical
+from spade_ray.tasks.admission import AdmissionConfig
+from spade_ray.tasks.guesses import bit_on_an_argument, null_solvers
+from tests.tasks.test_admission import AUGMENT, CODEGEN, GOOD, PREDICT, REPAIR, proposal, verdict
+
+
+def test_a_bit_after_an_argument_is_found_whatever_its_spelling():
+    bits = [0, 1, 1, 0, 1, 0]
+
+    def examples(args, answer):
+        return [canonical.example((a,), answer(a, b)) for a, b in zip(args, bits)]
+
+    words = ["owl", "cat", "dog", "emu", "yak", "fox"]
+    lists = [[1], [1, 2], [], [3] * 5, [4], [2] * 9]
+    assert bit_on_an_argument(examples(words, lambda s, b: s + "ab"[b]))
+    assert bit_on_an_argument(examples(words, lambda s, b: "xy"[b] + s))
+    assert bit_on_an_argument(examples(lists, lambda xs, b: len(xs) * 2 + b))
+    # another type among the answers does not hide the rest
+    assert bit_on_an_argument(examples([3, 17, 40, 52, 71, 2.5], lambda n, b: n + 2 * b - 1))
+    # a rule is not a guess
+    assert not bit_on_an_argument(examples(words, lambda s, b: s + "!"))
+    assert not bit_on_an_argument(examples(lists, lambda xs, b: len(xs) * 2))
+    assert not bit_on_an_argument(examples([3, 17, 40, 52, 71, 88], lambda n, b: n * n))
+
+
+def test_a_tiny_float_answer_is_the_guess_zero(sandbox):
+    # Within the tolerance float answers get, 0.0 equals any answer under 1e-9 (pass 8)
+    p = proposal("def f(n: int) -> float:\n    return 0.5 ** (n + 40)", "f(1)\nf(5)\nf(9)")
+    assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:zero_float"
+    assert verdict(sandbox, p, CODEGEN).reason == "trivial_passes:zero_float"
+
+
+def test_a_predict_task_never_asks_for_an_answer_a_guess_can_give(sandbox):
+    # A bool is a coin flip: a solver that guesses passes half the time, which is what the
+    # generator's learnability reward pays most for. As code to write, the same is a task.
+    p = proposal("def f(s: str) -> bool:\n    return s == s[::-1]",
+                 "f('abba')\nf('abc')\nf('xyx')\nf('ab')")
+    assert verdict(sandbox, p, CODEGEN).valid
+    assert verdict(sandbox, p, PREDICT).reason in ("trivial_passes:true", "trivial_passes:false")
+    # So are an empty result and an echo of the call's own argument, whichever input is asked;
+    # a question is the generator's last input whose answer no such guess states.
+    p = proposal("def f(n: int) -> int:\n    return n if n > 5 else n * 10",
+                 "f(1)\nf(2)\nf(7)\nf(9)")
+    v = verdict(sandbox, p, PREDICT)
+    assert v.valid, v.reason
+    assert canonical.decode(v.task.visible[0].args) == (2,)
+    assert canonical.decode(v.task.tests.examples[0].expected) == 20
+    p = proposal("def f(xs: list[int]) -> list[int]:\n    return xs if len(xs) > 1 else []",
+                 "f([3, 1])\nf([5])\nf([2, 4, 6])")
+    assert verdict(sandbox, p, PREDICT).reason in ("trivial_passes:echo_xs",
+                                                   "trivial_passes:empty_list")
+    # A literal of the shown program is a guess too: "even" or "odd" is a coin flip.
+    p = proposal("def f(n: int) -> str:\n    return 'even' if n % 2 == 0 else 'odd'",
+                 "f(4)\nf(7)\nf(10)\nf(3)")
+    assert verdict(sandbox, p, CODEGEN).valid
+    assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:literal"
+    # -1 is a literal as much as 1 is
+    p = proposal("def f(n: int) -> int:\n    return 1 if n % 3 else -1", "f(4)\nf(6)")
+    assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:literal"
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("def f(n: int) -> str:\n    return 'ny'[n % 7 > 3]", "two_valued"),
+    ("def f(n: int) -> int:\n    return n % 2 * 2 - 1", "two_valued"),
+    ("def f(n: int) -> list:\n    return [n % 7 > 3]", "bool"),
+    ("def f(n: int) -> str:\n    return str(n % 7 > 3)", "bool"),
+    ("def f(n: int) -> int:\n    return (n % 7 > 3) * 41 + 1", "two_valued"),
+    ("def f(n: int) -> tuple:\n    return (n, n % 7 == 3)", "bool"),  # the echo is free
+    # a bit around an argument: every answer differs, but each is n - 1 or n + 1 (pass 7)
+    ("def f(n: int) -> int:\n    return n + 2 * (n * 1103515245 >> 16 & 1) - 1", "two_valued"),
+    ("def f(n: int) -> int:\n    return 10 * n + (n % 4 == 1)", "two_valued"),
+    # and its other spellings (pass 8): two multiples, a bit after an argument's text
+    ("def f(n: int) -> int:\n    return n * (2 + (n * 1103515245 >> 16 & 1))", "two_valued"),
+    ("def f(n: int) -> str:\n    return str(n) + 'xy'[n * 1103515245 >> 16 & 1]", "two_valued"),
+])
+def test_a_predict_task_whose_answers_take_two_values_is_a_coin_flip(sandbox, body, reason):
+    """A third red-team pass had ones like the first four admitted as questions (and `1 if c
+    else -1`, now a literal): a bool by another name, which a solver guesses right half the
+    time. As code to write, each is a task."""
+    p = proposal(body, "f(1)\nf(5)\nf(9)\nf(12)\nf(20)")
+    assert verdict(sandbox, p, PREDICT).reason == f"trivial_passes:{reason}"
+    assert verdict(sandbox, p, CODEGEN, AdmissionConfig(min_mutation_score=0.0)).valid
+
+
+@pytest.mark.parametrize("coin_flip", ["str(n % 7 == 3)", "'ny'[n % 7 == 3]"])
+def test_a_coin_flip_behind_an_extra_branch_is_not_asked(sandbox, coin_flip):
+    """A fourth red-team pass had these asked at f(52): a branch for big inputs gave the
+    program more than two answers, but the asked one came from a `return` that has two."""
+    p = proposal(f"def f(n: int):\n    if n > 1000:\n        return n * 3\n"
+                 f"    return {coin_flip}", "f(5000)\nf(3000)\nf(45)\nf(52)")
+    v = verdict(sandbox, p, PREDICT, AUGMENT)
+    assert v.valid and canonical.decode(v.task.visible[0].args) == (3000,)
+
+
+@pytest.mark.parametrize("family", [CODEGEN, REPAIR])
+def test_a_task_a_table_of_its_shown_examples_passes_is_trivial(sandbox, family):
+    # Two examples are shown (AdmissionConfig.visible_examples): a solver that returns their
+    # outputs for their inputs, and one guess for any other, must fail a hidden example.
+    no_hidden = proposal("def f(n: int) -> int:\n    return n * n + 1", "f(2)\nf(3)")
+    assert verdict(sandbox, no_hidden, family).reason == "trivial_passes:lookup"
+    # Hidden outputs all False, one of the shown outputs ...
+    shown = proposal("def f(n: int) -> bool:\n    return n in (2, 3, 5, 7)",
+                     "f(2)\nf(4)\nf(8)\nf(9)\nf(10)")
+    assert verdict(sandbox, shown, family).reason == "trivial_passes:lookup"
+    # ... or all a null constant the shown ones never give.
+    constant = proposal("def f(n: int) -> int:\n    return n - 1 if n < 5 else 0",
+                        "f(2)\nf(4)\nf(8)\nf(9)")
+    assert verdict(sandbox, constant, family).reason == "trivial_passes:lookup"
+    mixed = proposal("def f(n: int) -> bool:\n    return n in (2, 3, 5, 7)",
+                     "f(2)\nf(4)\nf(5)\nf(9)")
+    assert verdict(sandbox, mixed, family, AdmissionConfig(min_mutation_score=0.0)).valid
+
+
+def test_null_solvers_cover_constants_echoes_and_an_always_equal_object():
+    names = set(null_solvers("def f(a: int, b: str = 'x') -> int:"))
+    assert {"none", "zero", "empty_list", "echo_a", "echo_b", "always_equal"} <= names
+
+
+def test_the_always_equal_object_never_passes(sandbox):
+    programs = null_solvers(GOOD.signature)
+    task = verdict(sandbox, GOOD).task
+    assert not sandbox.check(programs["always_equal"], task.tests).passed
