@@ -4,8 +4,8 @@ few-shot examples of both roles and the first rounds' tasks while the generator 
 
 Admitting the pool runs ~1,000 sandbox checks (references, null solvers, mutants: ~15 s on two
 cores), so the admitted tasks are cached under $SPADE_CACHE/seed_tasks/, keyed by everything they
-depend on: the seed file, the admission, guess, static-rule, driver, mutation, format and codec
-sources, the limits and the admission settings. Any change to one of those admits the pool again.
+depend on: the seed file, the limits, the admission settings and the sources of the code that
+admits them (`_SOURCES`). Any change to one of those admits the pool again.
 """
 
 from __future__ import annotations
@@ -20,14 +20,22 @@ from pathlib import Path
 
 from spade_ray.execution import canonical
 from spade_ray.records import Limits, Task, TaskFamily, TaskSource, from_dict, to_dict
-from spade_ray.tasks import admission, driver, guesses, mutation, repair, static
-from spade_ray.tasks import format as task_format
+from spade_ray.tasks import admission
 from spade_ray.tasks.admission import AdmissionConfig, admit
 from spade_ray.tasks.format import Proposal, parse_proposal
 
 SEED_FILE = Path(__file__).with_name("seed_tasks.txt")
 CACHE_DIR = Path(os.environ.get("SPADE_CACHE", Path.home() / ".cache" / "spade-ray")) / \
     "seed_tasks"
+# What an admitted seed depends on, as whole packages rather than a list of modules (a list
+# missed augment.py and imports.py, so a change to either served a stale pool): every package
+# this module imports (tests/tasks/test_seeds.py checks it) and the jail's code (the harness
+# and grader that check a reference, the codec). A change anywhere in them costs one
+# admission (~15 s).
+_PACKAGE = Path(__file__).parents[1]
+_SOURCES = (_PACKAGE / "__init__.py", *(_PACKAGE / name for name in
+                                        ("tasks", "records", "execution", "evaluation")),
+            Path(canonical.SOURCE).parent)
 _BLOCK = re.compile(r"^### Topic: (.+?)\n(.*?)^### END$", re.MULTILINE | re.DOTALL)
 
 
@@ -89,11 +97,15 @@ def _not_this_family(v: admission.Admitted) -> bool:
         v.family is TaskFamily.PREDICT and v.reason.startswith("trivial_passes:"))
 
 
+def source_files() -> list[Path]:
+    """The files of `_SOURCES`: the Python sources of its directories, and its files."""
+    return sorted(f for s in _SOURCES for f in (s.glob("*.py") if s.is_dir() else [s]))
+
+
 def _key(path: Path, limits: Limits, config: AdmissionConfig) -> str:
     digest = hashlib.sha256(path.read_bytes())
-    for module in (admission, guesses, repair, static, driver, mutation, task_format):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(canonical.SOURCE).read_bytes())
+    for source in source_files():
+        digest.update(source.read_bytes())
     digest.update(json.dumps([dataclasses.asdict(limits), dataclasses.asdict(config)],
                              sort_keys=True).encode())
     return digest.hexdigest()[:20]
