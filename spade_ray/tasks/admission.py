@@ -25,9 +25,12 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         or a literal of the program;
                 trivial_passes:bool     predict: a bool by another name ('True', [c], (n, c)
                                         with n an argument);
-                trivial_passes:two_valued predict: the answers, or those of the asked call's
-                                        `return`, take at most two values: a coin flip however
-                                        it is spelt ('ny'[c], n % 2 * 2 - 1; guesses.py);
+                trivial_passes:few_valued predict: the answers, or those of the asked call's
+                                        `return`, take at most three values once the parts a
+                                        reader computes from an argument are left out: a coin
+                                        flip (or a 1-in-3 guess) however it is spelt ('ny'[c],
+                                        n % 2 * 2 - 1, (n + 1, c), n + [-1, 1, 2][c];
+                                        guesses.py);
                 trivial_passes:lookup   a table of the shown examples plus one guessed value
                                         (a shown output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
@@ -349,7 +352,7 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
             return reject(f"trivial_passes:{guesses[asked]}")
         fair = [i for i in fair if not coin_flip(core.examples, core.lines, i)]
         if not fair:
-            return reject("trivial_passes:two_valued")
+            return reject("trivial_passes:few_valued")
         asked = fair[-1]
     run = [(role, code, r) for role, code, r in checks
            if role in MUTANT_ROLES.values() and r.execution.status is not ExecStatus.SANDBOX_ERROR]

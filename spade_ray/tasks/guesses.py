@@ -4,8 +4,9 @@ A codegen or repair task is trivial when a program that does not solve it passes
 a constant, an echo of an argument, an object equal to everything (null_solvers), or a table of
 the shown examples plus one guessed value (lookup_passes). A predict task is one call, so what
 passes it without reading the program is a guessed answer (guessed_answers), or one of the at
-most two answers the program gives (coin_flip): a solver guessing passes half the time, the pass
-rate the generator's learnability reward pays most for.
+most three answers the program gives once what a reader computes is left out (coin_flip): a
+solver guessing passes a half or a third of the time, the pass rates the generator's
+learnability reward pays most for.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from spade_ray.records import IOExample
 from spade_ray.tasks.format import Proposal
 
 SAME_RETURN_EVIDENCE = 5  # answers of one `return` that show it has at most two (coin_flip)
+# A guess among this many answers passes a third of the time: inside the 30-70% band the
+# generator's learnability reward pays most for (four or more: a quarter or less).
+FEW_ANSWERS = 3
 NULL_CONSTANTS = {"none": "None", "zero": "0", "zero_float": "0.0", "one": "1", "true": "True",
                   "false": "False", "empty_str": "''", "empty_list": "[]", "empty_dict": "{}",
                   "empty_tuple": "()"}
@@ -102,69 +106,139 @@ def _bool_like(example: IOExample) -> bool:
     answer = canonical.decode(example.expected)
     if answer in ("True", "False") and isinstance(answer, str):
         return True
-    rest = canonical.decode(_without_echoes(example))
-    return isinstance(answer, (tuple, list)) and bool(rest) and \
-        all(isinstance(x, bool) for x in rest)
+    rest = _rest(example)
+    return bool(rest) and all(isinstance(x, bool) for x in rest)
 
 
 def coin_flip(examples: Sequence[IOExample], lines: Sequence[int], asked: int) -> bool:
-    """Whether the answer to example `asked` is one of at most two, as 3 or more examples show,
-    or SAME_RETURN_EVIDENCE of those answered by the same `return` (an extra branch for other inputs
-    made a bool by another name look like a question: `return n * 3` for big n, `return
-    str(n % 7 == 3)` for the rest), each answer without the parts that repeat an argument
-    (`(n, n % 7 == 3)`)."""
+    """Whether the answer to example `asked` is one of a few (`_few`: two, as 3 or more examples
+    show, or three, as 5 show), or, as SAME_RETURN_EVIDENCE of those answered by the same
+    `return` show (two more for three answers: an extra branch for other inputs made a bool by
+    another name look like a question: `return n * 3` for big n, `return str(n % 7 == 3)` for
+    the rest), each answer without the parts a reader computes from an argument (`_unread`:
+    `(n, n % 7 == 3)`, `(n + 1, bit)`), or a few answers around an argument
+    (bit_on_an_argument)."""
     groups = [(range(len(examples)), 3)]
     if len(lines) == len(examples):  # fewer answers of one `return` are no evidence
         groups.append(([i for i, line in enumerate(lines) if line == lines[asked]],
                        SAME_RETURN_EVIDENCE))  # (an index found at 0, 2, 0)
-    return any(len(group) >= least and (
-        len({_without_echoes(examples[i]) for i in group}) <= 2
-        or bit_on_an_argument([examples[i] for i in group])) for group, least in groups)
+    for group, least in groups:
+        unread = _unread([examples[i] for i in group])
+        if _few([e.expected for e in unread], least) or bit_on_an_argument(unread):
+            return True
+    return False
+
+
+def _few(values: Sequence, least: int = SAME_RETURN_EVIDENCE) -> bool:
+    """Whether `values` take at most FEW_ANSWERS distinct values and enough of them show it:
+    two among `least` or more, and two more for each value past two."""
+    distinct = len(set(values))
+    return distinct <= FEW_ANSWERS and len(values) >= least + 2 * max(0, distinct - 2)
 
 
 def bit_on_an_argument(examples: Sequence[IOExample]) -> bool:
-    """Whether the answers are an argument with a bit no reader computes: each int answer one
-    integer slope times an int argument (or its length) plus exactly two offsets, or one of two
-    multiples of it (`n + 2 * bit - 1`, `10 * n + bit`, `n * (2 + bit)`, `len(xs) * 2 + bit`),
-    or each str answer an argument's text plus one of two endings or beginnings (`s + 'ab'[bit]`,
-    `str(n) + 'xy'[bit]`). Their answers all differ because they follow the argument, yet a
-    guess passes half the time (one offset is a rule, not a guess). Examples of other types
-    are left out rather than hiding the rest."""
+    """Whether the answers are an argument with a few values no reader computes: each int answer
+    one integer slope times an int argument (or its length) plus two or three offsets, or one of
+    two or three multiples of it (`n + 2 * bit - 1`, `10 * n + bit`, `n * (2 + bit)`,
+    `len(xs) * 2 + bit`, `n + [-1, 1, 2][x % 3]`), or each str answer an argument's text plus
+    one of a few endings or beginnings (`s + 'ab'[bit]`, `str(n) + 'xy'[bit]`). Their answers
+    all differ because they follow the argument, yet a guess passes a half or a third of the
+    time (one offset is a rule, not a guess). Examples of other types are left out rather
+    than hiding the rest."""
     pairs = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in examples]
     for k in range(max((len(args) for args, _ in pairs), default=0)):
         features = [[(a[k], y) for a, y in pairs if k < len(a) and type(a[k]) is int],
                     [(len(a[k]), y) for a, y in pairs
                      if k < len(a) and isinstance(a[k], (str, list, tuple, dict))]]
-        if any(_two_offsets([(x, y) for x, y in points if type(y) is int])
+        if any(_few_offsets([(x, y) for x, y in points if type(y) is int])
                for points in features):
             return True
         texts = [(a[k] if type(a[k]) is str else str(a[k]), y) for a, y in pairs
                  if k < len(a) and type(a[k]) in (str, int) and type(y) is str]
         ends = [y[len(t):] for t, y in texts if y.startswith(t)]
         starts = [y[:len(y) - len(t)] for t, y in texts if y.endswith(t)]
-        if any(len(rest) >= SAME_RETURN_EVIDENCE and len(set(rest)) == 2
-               for rest in (ends, starts)):
+        if any(len(set(rest)) >= 2 and _few(rest) for rest in (ends, starts)):
             return True
     return False
 
 
-def _two_offsets(points: list[tuple[int, int]]) -> bool:
-    """Five or more (x, y) where y is m * x plus exactly two offsets for one integer m, or
-    exactly two multiples of x (through any two points a slope fits: fewer prove nothing)."""
+def _few_offsets(points: list[tuple[int, int]]) -> bool:
+    """(x, y) where y is m * x plus a few (`_few`: two or three) offsets for one integer m, or
+    a few multiples of x (through any two points a slope fits: fewer prove nothing)."""
     if len(points) < SAME_RETURN_EVIDENCE:
         return False
-    slopes = {(y2 - y1) // (x2 - x1) + d for (x1, y1), (x2, y2)
-              in itertools.combinations(points, 2) if x1 != x2 for d in (0, 1)}
-    if any(len({y - m * x for x, y in points}) == 2 for m in slopes):
+    offsets = [[y - m * x for x, y in points] for m in _slopes(points)]
+    if any(len(set(o)) >= 2 and _few(o) for o in offsets):
         return True
-    return all(x and y % x == 0 for x, y in points) and len({y // x for x, y in points}) == 2
+    return all(x and y % x == 0 for x, y in points) and \
+        len({y // x for x, y in points}) >= 2 and _few([y // x for x, y in points])
 
 
-def _without_echoes(example: IOExample) -> str:
-    """The example's answer, as canonical data, without the items of a tuple or list answer
-    that equal one of its arguments."""
+def _slopes(points: list[tuple[int, int]]) -> set[int]:
+    """The integer slopes near those of the lines through two of the points."""
+    return {(y2 - y1) // (x2 - x1) + d for (x1, y1), (x2, y2)
+            in itertools.combinations(points, 2) if x1 != x2 for d in (0, 1)}
+
+
+def _unread(examples: Sequence[IOExample]) -> list[IOExample]:
+    """The examples, each tuple or list answer without the items a reader computes from an
+    argument: when every answer has the same length, the items at a position where each equals
+    one of its call's arguments or where every one is one integer slope times an int argument
+    (or its length) plus one offset (`(n + 1, bit)` as `bit`); else each item equal to one of
+    its call's arguments. An answer left with one item is that item."""
+    answers = [canonical.decode(e.expected) for e in examples]
+    shaped = bool(answers) and all(type(a) in (tuple, list) and len(a) == len(answers[0])
+                                   for a in answers)
+    read = None
+    if shaped:
+        args = [canonical.decode(e.args) for e in examples]
+        read = {j for j in range(len(answers[0]))
+                if all(_echoes(a[j], call) for a, call in zip(answers, args))
+                or all(type(a[j]) is int for a in answers)
+                and any(_one_offset([(x, a[j]) for x, a in zip(xs, answers)])
+                        for xs in _features(args))}
+    out = []
+    for e, answer in zip(examples, answers):
+        rest = _rest(e, read)
+        if rest is not None:
+            e = IOExample(args=e.args, expected=canonical.encode(
+                rest[0] if len(rest) == 1 else type(answer)(rest)))
+        out.append(e)
+    return out
+
+
+def _features(args: Sequence[tuple]) -> list[list[int]]:
+    """Per argument position every call has, its values when they are all ints, and their
+    lengths when they are all sized."""
+    out = []
+    for k in range(min((len(a) for a in args), default=0)):
+        values = [a[k] for a in args]
+        if all(type(v) is int for v in values):
+            out.append(values)
+        elif all(isinstance(v, (str, list, tuple, dict)) for v in values):
+            out.append([len(v) for v in values])
+    return out
+
+
+def _one_offset(points: list[tuple[int, int]]) -> bool:
+    """Three or more (x, y), two of x at least, where y is one integer slope times x plus one
+    offset: a rule a reader applies."""
+    return len(points) >= 3 and len({x for x, _ in points}) >= 2 and any(
+        len({y - m * x for x, y in points}) == 1 for m in _slopes(points))
+
+
+def _rest(example: IOExample, read: set[int] | None = None) -> list | None:
+    """The items of a tuple or list answer not at a `read` position, or (read None) that do
+    not equal one of the call's arguments; None for another answer."""
     answer = canonical.decode(example.expected)
     if not isinstance(answer, (tuple, list)):
-        return example.expected
-    args = {canonical.encode(a) for a in canonical.decode(example.args)}
-    return canonical.encode([x for x in answer if canonical.encode(x) not in args])
+        return None
+    if read is not None:
+        return [x for j, x in enumerate(answer) if j not in read]
+    args = canonical.decode(example.args)
+    return [x for x in answer if not _echoes(x, args)]
+
+
+def _echoes(item, args: tuple) -> bool:
+    """Whether `item` is one of `args`, compared as canonical data (type-exactly)."""
+    return canonical.encode(item) in {canonical.encode(a) for a in args}

@@ -308,18 +308,18 @@ def args_of(task):
 
 
 def test_augmented_inputs_follow_the_generators_own_and_the_prompt_shows_only_its_own(sandbox):
-    # Every input the generator wrote is a multiple of 3: constant on its own inputs.
-    p = proposal("def f(n: int) -> int:\n    return (n % 3 + 4) * 6", "f(3)\nf(6)\nf(9)")
+    # Every input the generator wrote is a multiple of 7: constant on its own inputs.
+    p = proposal("def f(n: int) -> int:\n    return n % 7 * n + 2 * 3", "f(7)\nf(14)\nf(21)")
     assert verdict(sandbox, p).reason == "constant_outputs"
     for family in (CODEGEN, PREDICT):
         v = verdict(sandbox, p, family, AUGMENT)
         assert v.valid, v.reason
         if family is PREDICT:  # the question is the generator's last input
-            assert canonical.decode(v.task.visible[0].args) == (9,)
+            assert canonical.decode(v.task.visible[0].args) == (21,)
     task = verdict(sandbox, p, CODEGEN, AUGMENT).task
-    assert args_of(task)[:3] == [(3,), (6,), (9,)] and len(args_of(task)) > 3
-    assert [canonical.decode(e.args) for e in task.visible] == [(3,), (6,)]
-    assert {canonical.decode(e.expected) for e in task.tests.examples} > {24}
+    assert args_of(task)[:3] == [(7,), (14,), (21,)] and len(args_of(task)) > 3
+    assert [canonical.decode(e.args) for e in task.visible] == [(7,), (14,)]
+    assert {canonical.decode(e.expected) for e in task.tests.examples} > {6}
 
 
 def test_seed_tasks_are_not_augmented(sandbox):

@@ -23,6 +23,14 @@ def test_a_bit_after_an_argument_is_found_whatever_its_spelling():
     assert bit_on_an_argument(examples(lists, lambda xs, b: len(xs) * 2 + b))
     # another type among the answers does not hide the rest
     assert bit_on_an_argument(examples([3, 17, 40, 52, 71, 2.5], lambda n, b: n + 2 * b - 1))
+    # three offsets or endings are a 1-in-3 guess: inside the band too (seven examples show it)
+    thirds = [0, 2, 1, 1, 0, 2, 1]
+    assert bit_on_an_argument([canonical.example((n,), n + [-1, 1, 2][t])
+                               for n, t in zip([3, 17, 40, 52, 71, 88, 90], thirds)])
+    assert bit_on_an_argument([canonical.example((w,), w + "abc"[t])
+                               for w, t in zip(words + ["gnu"], thirds)])
+    assert not bit_on_an_argument([canonical.example((n,), n + [-1, 1, 2][t])
+                                   for n, t in zip([3, 17, 40, 52, 71], thirds)])  # too few
     # a rule is not a guess
     assert not bit_on_an_argument(examples(words, lambda s, b: s + "!"))
     assert not bit_on_an_argument(examples(lists, lambda xs, b: len(xs) * 2))
@@ -66,18 +74,18 @@ def test_a_predict_task_never_asks_for_an_answer_a_guess_can_give(sandbox):
 
 
 @pytest.mark.parametrize("body, reason", [
-    ("def f(n: int) -> str:\n    return 'ny'[n % 7 > 3]", "two_valued"),
-    ("def f(n: int) -> int:\n    return n % 2 * 2 - 1", "two_valued"),
+    ("def f(n: int) -> str:\n    return 'ny'[n % 7 > 3]", "few_valued"),
+    ("def f(n: int) -> int:\n    return n % 2 * 2 - 1", "few_valued"),
     ("def f(n: int) -> list:\n    return [n % 7 > 3]", "bool"),
     ("def f(n: int) -> str:\n    return str(n % 7 > 3)", "bool"),
-    ("def f(n: int) -> int:\n    return (n % 7 > 3) * 41 + 1", "two_valued"),
+    ("def f(n: int) -> int:\n    return (n % 7 > 3) * 41 + 1", "few_valued"),
     ("def f(n: int) -> tuple:\n    return (n, n % 7 == 3)", "bool"),  # the echo is free
     # a bit around an argument: every answer differs, but each is n - 1 or n + 1 (pass 7)
-    ("def f(n: int) -> int:\n    return n + 2 * (n * 1103515245 >> 16 & 1) - 1", "two_valued"),
-    ("def f(n: int) -> int:\n    return 10 * n + (n % 4 == 1)", "two_valued"),
+    ("def f(n: int) -> int:\n    return n + 2 * (n * 1103515245 >> 16 & 1) - 1", "few_valued"),
+    ("def f(n: int) -> int:\n    return 10 * n + (n % 4 == 1)", "few_valued"),
     # and its other spellings (pass 8): two multiples, a bit after an argument's text
-    ("def f(n: int) -> int:\n    return n * (2 + (n * 1103515245 >> 16 & 1))", "two_valued"),
-    ("def f(n: int) -> str:\n    return str(n) + 'xy'[n * 1103515245 >> 16 & 1]", "two_valued"),
+    ("def f(n: int) -> int:\n    return n * (2 + (n * 1103515245 >> 16 & 1))", "few_valued"),
+    ("def f(n: int) -> str:\n    return str(n) + 'xy'[n * 1103515245 >> 16 & 1]", "few_valued"),
 ])
 def test_a_predict_task_whose_answers_take_two_values_is_a_coin_flip(sandbox, body, reason):
     """A third red-team pass had ones like the first four admitted as questions (and `1 if c
@@ -86,6 +94,37 @@ def test_a_predict_task_whose_answers_take_two_values_is_a_coin_flip(sandbox, bo
     p = proposal(body, "f(1)\nf(5)\nf(9)\nf(12)\nf(20)")
     assert verdict(sandbox, p, PREDICT).reason == f"trivial_passes:{reason}"
     assert verdict(sandbox, p, CODEGEN, AdmissionConfig(min_mutation_score=0.0)).valid
+
+
+SCRAMBLE = "(n * 1103515245 >> 16)"  # a bit source no reader computes
+
+
+@pytest.mark.parametrize("body", [
+    # a part a reader computes next to a bit: the tuple is a coin flip (pass 8's open case)
+    f"def f(n: int) -> tuple:\n    return (n + 1, {SCRAMBLE} & 1)",
+    f"def f(n: int) -> list:\n    return [2 * n - 3, 'ny'[{SCRAMBLE} & 1], n]",
+    f"def f(n: int) -> tuple:\n    return (n + 1, n + {SCRAMBLE} % 2)",
+    # three values are a 1-in-3 guess: 0.33, inside the band
+    f"def f(n: int) -> int:\n    return n + [-1, 1, 2][{SCRAMBLE} % 3]",
+    f"def f(n: int) -> str:\n    return 'abc'[{SCRAMBLE} % 3]",
+    f"def f(n: int) -> tuple:\n    return (n, {SCRAMBLE} % 3)",
+])
+def test_a_predict_task_whose_answers_take_three_values_or_fewer_is_a_guess(sandbox, body):
+    p = proposal(body, "\n".join(f"f({n})" for n in (1, 5, 9, 12, 20, 33, 41, 58)))
+    assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:few_valued"
+    assert verdict(sandbox, p, CODEGEN, AdmissionConfig(min_mutation_score=0.0)).valid
+
+
+@pytest.mark.parametrize("body", [
+    "def f(n: int) -> tuple:\n    return (n + 1, n * n)",  # every part read, many answers
+    "def f(n: int) -> int:\n    return n % 4 + 10 * (n % 5)",  # many values, no argument
+    "def f(xs: list) -> tuple:\n    return (len(xs), sum(xs) * 2 + 1)",
+])
+def test_a_predict_task_with_many_answers_past_what_a_reader_computes_is_asked(sandbox, body):
+    inputs = "\n".join(f"f({n})" for n in (1, 5, 9, 12, 20, 33, 41, 58)) if "n:" in body \
+        else "f([1])\nf([2, 7])\nf([5, 5, 1])\nf([9, 0])\nf([4, 4, 4, 8])\nf([3, 6])"
+    v = verdict(sandbox, proposal(body, inputs), PREDICT, AdmissionConfig(min_mutation_score=0.0))
+    assert v.valid, v.reason
 
 
 @pytest.mark.parametrize("coin_flip", ["str(n % 7 == 3)", "'ny'[n % 7 == 3]"])
