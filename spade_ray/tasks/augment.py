@@ -16,15 +16,23 @@ or case-swapped; list and tuple an element dropped, repeated, swapped or itself 
 whole reversed or sorted; dict a key dropped or a value mutated; set an element dropped. Only
 values `ast.literal_eval` reads back are kept (no empty set, no NaN), up to MAX_LITERAL_CHARS,
 and none already among the inputs. Seeded, so a proposal always gets the same inputs.
+
+A new input stays in the domain the generator's own inputs show at its argument (`_Domain`): no
+negative number where they have none, no zero where they are all positive (or all negative),
+nothing empty where none is, no character none of its strings has (so no upper case for
+lower-case words). Outside it, the description says nothing: a red-team pass found fib's hidden
+fib(-10) -> 0, an average word length's '' -> 0.0 and a digit sum's -123 grading right
+solutions on the reference's accident (2 of 4, 3 of 5, 2 of 4 passed), a solver's pass rate
+set by luck, in the band.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import random
-import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from spade_ray.tasks.format import MAX_LITERAL_CHARS
@@ -35,19 +43,22 @@ _ATTEMPTS_PER_INPUT = 8  # mutations tried per input wanted (some repeat one or 
 
 def augmented_inputs(inputs: Sequence[tuple[Any, ...]], count: int, seed: int
                      ) -> list[tuple[Any, ...]]:
-    """Up to `count` new argument tuples, each one of `inputs` with one argument mutated; none
-    equal to an input or to another (compared by repr, so True and 1 stay apart)."""
+    """Up to `count` new argument tuples, each one of `inputs` with one argument mutated within
+    its domain; none equal to an input or to another (compared by repr, so True and 1 stay
+    apart)."""
     rng = random.Random(seed)
     seen = {repr(args) for args in inputs}
     out: list[tuple[Any, ...]] = []
     candidates = [args for args in inputs if args]
+    domains = [_Domain.of(args[k] for args in candidates if k < len(args))
+               for k in range(max((len(args) for args in candidates), default=0))]
     for _ in range(count * _ATTEMPTS_PER_INPUT if candidates else 0):
         if len(out) == count:
             break
         args = rng.choice(candidates)
         position = rng.randrange(len(args))
-        value = _mutate(args[position], rng)
-        if value is _SKIP:
+        value = _mutate(args[position], rng, domains[position])
+        if value is _SKIP or not domains[position].holds(value):
             continue
         new = (*args[:position], value, *args[position + 1:])
         text = repr(new)
@@ -57,6 +68,46 @@ def augmented_inputs(inputs: Sequence[tuple[Any, ...]], count: int, seed: int
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class _Domain:
+    """What the generator's values at one argument show: their signs, whether one is empty,
+    the characters of their strings, and (pooled) the domain of the items they hold."""
+
+    signs: frozenset = frozenset()  # of the numbers: -1, 0, 1
+    empty: bool = False  # an empty string, bytes or container
+    characters: frozenset = frozenset()  # of the strings (and bytes, as ints)
+    items: _Domain | None = None  # of the items of lists, tuples and sets, and dict values
+
+    @classmethod
+    def of(cls, values: Iterable[Any]) -> _Domain:
+        values = list(values)
+        numbers = [v for v in values if type(v) in (int, float)]
+        sized = [v for v in values if type(v) in (str, bytes, list, tuple, set, dict)]
+        held = [x for v in values if type(v) in (list, tuple, set) for x in v] + \
+            [x for v in values if type(v) is dict for x in v.values()]
+        return cls(signs=frozenset(_sign(v) for v in numbers), empty=any(not v for v in sized),
+                   characters=frozenset(c for v in values if type(v) in (str, bytes)
+                                        for c in v),
+                   items=cls.of(held) if held else None)
+
+    def holds(self, value: Any) -> bool:
+        if type(value) in (int, float):  # zero lies between a negative and a positive one
+            return _sign(value) in self.signs or value == 0 and {-1, 1} <= self.signs
+        if type(value) in (str, bytes, list, tuple, set, dict) and not value \
+                and not self.empty:
+            return False
+        if type(value) in (str, bytes):
+            return set(value) <= self.characters
+        if type(value) in (list, tuple, set, dict):
+            items = value.values() if type(value) is dict else value
+            return self.items is None or all(self.items.holds(x) for x in items)
+        return True
+
+
+def _sign(number: float) -> int:
+    return (number > 0) - (number < 0)
+
+
 class _Skip:
     """No mutation applies to this value (None, an empty container with nothing to drop)."""
 
@@ -64,37 +115,40 @@ class _Skip:
 _SKIP = _Skip()
 
 
-def _mutate(value: Any, rng: random.Random) -> Any:
+def _mutate(value: Any, rng: random.Random, domain: _Domain) -> Any:
     mutate = _BY_TYPE.get(type(value))
-    return _SKIP if mutate is None else mutate(value, rng)
+    return _SKIP if mutate is None else mutate(value, rng, domain)
 
 
-def _bool(value: bool, rng: random.Random) -> bool:
+def _bool(value: bool, rng: random.Random, domain: _Domain) -> bool:
     return not value
 
 
-def _int(value: int, rng: random.Random) -> int | _Skip:
+def _int(value: int, rng: random.Random, domain: _Domain) -> int | _Skip:
     new = rng.choice((value + 1, value - 1, -value, 2 * value, 0))
     return new if abs(new) <= _INT_BOUND and new != value else _SKIP
 
 
-def _float(value: float, rng: random.Random) -> float | _Skip:
+def _float(value: float, rng: random.Random, domain: _Domain) -> float | _Skip:
     new = rng.choice((value + 1.0, value - 1.0, -value, 2 * value, value / 2, 0.0))
     return new if math.isfinite(new) and new != value else _SKIP
 
 
-def _text(value: str | bytes, rng: random.Random) -> str | bytes | _Skip:
-    alphabet = string.ascii_letters + string.digits + " "
-    if isinstance(value, bytes):
-        alphabet = alphabet.encode()
+def _text(value: str | bytes, rng: random.Random, domain: _Domain) -> str | bytes | _Skip:
+    """A character of the domain's strings replaces one, or fills an empty one."""
+    alphabet = sorted(domain.characters)
+    if not alphabet:
+        return _SKIP
+    one = (bytes([rng.choice(alphabet)]) if isinstance(value, bytes)
+           else rng.choice(alphabet))
     if not value:
-        return alphabet[rng.randrange(len(alphabet)):][:1]
+        return one
     i = rng.randrange(len(value))
     choices: list[Callable[[], Any]] = [
         lambda: value[:i] + value[i + 1:],  # drop
         lambda: value[:i + 1] + value[i:],  # repeat
         lambda: value[:i] + value[i + 1:i + 2] + value[i:i + 1] + value[i + 2:],  # swap next
-        lambda: value[:i] + alphabet[rng.randrange(len(alphabet)):][:1] + value[i + 1:],
+        lambda: value[:i] + one + value[i + 1:],
         lambda: value[::-1],
         lambda: value[:0],
         lambda: value.swapcase(),
@@ -103,7 +157,8 @@ def _text(value: str | bytes, rng: random.Random) -> str | bytes | _Skip:
     return new if new != value else _SKIP
 
 
-def _sequence(value: list | tuple, rng: random.Random) -> list | tuple | _Skip:
+def _sequence(value: list | tuple, rng: random.Random, domain: _Domain
+              ) -> list | tuple | _Skip:
     items = list(value)
     if not items:
         return _SKIP
@@ -116,7 +171,7 @@ def _sequence(value: list | tuple, rng: random.Random) -> list | tuple | _Skip:
     elif op == 2:
         items[i], items[j] = items[j], items[i]
     elif op == 3:
-        new = _mutate(items[i], rng)
+        new = _mutate(items[i], rng, domain.items or _Domain())
         if new is _SKIP:
             return _SKIP
         items[i] = new
@@ -131,7 +186,7 @@ def _sequence(value: list | tuple, rng: random.Random) -> list | tuple | _Skip:
     return new_value if repr(new_value) != repr(value) else _SKIP
 
 
-def _dict(value: dict, rng: random.Random) -> dict | _Skip:
+def _dict(value: dict, rng: random.Random, domain: _Domain) -> dict | _Skip:
     if not value:
         return _SKIP
     key = rng.choice(list(value))
@@ -139,20 +194,20 @@ def _dict(value: dict, rng: random.Random) -> dict | _Skip:
     if rng.random() < 0.5:
         del new[key]
         return new
-    mutated = _mutate(value[key], rng)
+    mutated = _mutate(value[key], rng, domain.items or _Domain())
     if mutated is _SKIP:
         return _SKIP
     new[key] = mutated
     return new
 
 
-def _set(value: set, rng: random.Random) -> set | _Skip:
+def _set(value: set, rng: random.Random, domain: _Domain) -> set | _Skip:
     if len(value) < 2:  # an empty set has no literal
         return _SKIP
     return set(rng.sample(sorted(value, key=repr), len(value) - 1))
 
 
-_BY_TYPE: dict[type, Callable[[Any, random.Random], Any]] = {
+_BY_TYPE: dict[type, Callable[[Any, random.Random, _Domain], Any]] = {
     bool: _bool, int: _int, float: _float, str: _text, bytes: _text, list: _sequence,
     tuple: _sequence, dict: _dict, set: _set}
 

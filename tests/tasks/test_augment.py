@@ -58,3 +58,24 @@ def test_ints_stay_bounded_and_bools_stay_bools():
 @pytest.mark.parametrize("inputs", [[], [()], [(None,), (None, None)]])
 def test_inputs_with_nothing_to_mutate_give_none(inputs):
     assert augmented_inputs(inputs, 5, seed=0) == []
+
+
+def test_new_inputs_stay_in_the_domain_the_generators_own_show():
+    """Outside it the description says nothing, so a hidden example there grades a right
+    solution on the reference's accident (red-team pass 9: fib(-10) -> 0, '' -> 0.0)."""
+    own = [(1, "hello", [3, 1, 2]), (5, "world", [0, 4]), (12, "apple", [7])]
+    out = [args for seed in range(40) for args in augmented_inputs(own, 8, seed)]
+    assert len(out) > 200
+    letters = set("helloworldapple")
+    for n, word, xs in out:
+        assert n > 0  # all positive: no zero, no negative
+        assert word and set(word) <= letters  # none empty, no upper case, no new character
+        assert xs and all(x >= 0 for x in xs)  # none empty; a zero item is theirs
+
+
+def test_a_domain_the_generators_inputs_show_is_reached():
+    own = [(-3, "Ab", []), (4, "cD", [1]), (2, "", [5])]
+    out = [args for seed in range(40) for args in augmented_inputs(own, 8, seed)]
+    assert any(n < 0 for n, _, _ in out) and any(n == 0 for n, _, _ in out)
+    assert any(w == "" for _, w, _ in out) and any(w.isupper() for _, w, _ in out)
+    assert any(xs == [] for _, _, xs in out)
