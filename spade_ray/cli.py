@@ -41,14 +41,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def eval_validation(args: argparse.Namespace):
+    """`eval`'s arguments as a ValidationConfig (no --problems: every problem of the tiers)."""
+    from spade_ray.config import validate_validation
+    from spade_ray.evaluation.humaneval import load_problems
+
+    tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]
+    count = len(load_problems(tiers=tiers)) if args.problems is None else args.problems
+    return validate_validation({"problems": count, "tiers": tiers,
+                                "samples_per_problem": args.samples,
+                                "max_tokens": args.max_tokens})
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spade-ray", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
     commands.add_parser("run", help="run self-play rounds (Hydra overrides follow)")
     evaluate = commands.add_parser("eval", help="HumanEval pass@1 of a model via the sandbox")
     evaluate.add_argument("--model", default="gemma3-270m", help="tiny, gemma3-270m or a path")
-    evaluate.add_argument("--problems", type=int, default=164,
-                          help="subset size (164 = all of the tiers)")
+    evaluate.add_argument("--problems", type=int, default=None,
+                          help="subset size (default: all of the tiers' problems)")
     evaluate.add_argument("--tiers", default="",
                           help="only these tiers, e.g. easy or easy,medium (default: all)")
     evaluate.add_argument("--samples", type=int, default=1, help="samples per problem (pass@k)")
@@ -137,14 +149,9 @@ def _check(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from spade_ray.app import evaluate_model
-    from spade_ray.config import validate_validation
     from spade_ray.evaluation.humaneval import pass_at_1_by_tier
 
-    tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]
-    validation = validate_validation({"problems": args.problems, "tiers": tiers,
-                                      "samples_per_problem": args.samples,
-                                      "max_tokens": args.max_tokens})
-    result, problems = evaluate_model(args.model, validation)
+    result, problems = evaluate_model(args.model, eval_validation(args))
     ks = ", ".join(f"pass@{k} {v:.3f}" for k, v in sorted(result.pass_at_k.items()))
     by_tier = ", ".join(f"{tier} {rate:.3f}" for tier, rate in pass_at_1_by_tier(result, problems))
     print(f"HumanEval {result.problems} problems x{result.samples_per_problem}: {ks} "

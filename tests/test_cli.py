@@ -93,6 +93,14 @@ def test_eval_with_a_bad_subset_is_a_named_error(args, problem):
     assert out.returncode == 2 and problem in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("tiers, problems", [("easy", 57), ("hard", 47), ("", 164)])
+def test_eval_without_a_subset_size_takes_every_problem_of_its_tiers(tiers, problems):
+    # It took 164 whatever the tiers, so `eval --tiers easy` was refused (57 easy problems).
+    from spade_ray.cli import _parser, eval_validation
+    args = _parser().parse_args(["eval", "--tiers", tiers] if tiers else ["eval"])
+    assert eval_validation(args).problems == problems
+
+
 def test_trace_of_a_missing_run_is_a_named_error(tmp_path):
     out = cli("trace", tmp_path / "nope")
     assert out.returncode == 2 and "no trace at" in out.stderr
