@@ -3,12 +3,14 @@
 Part of the wiring layer: validates the composed config once, builds the components from flat
 typed values (the Ray cluster and its engines, the executor, the trace store, the metrics sink,
 the learner) and hands them to loop.run_rounds(). The run directory is fixed by the run name
-(hydra.run.dir), so re-running the same command resumes the same run.
+(hydra.run.dir), so re-running the same command resumes the same run; one with other settings
+(but its length and where its records go) is refused there (`check_settings`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -50,6 +52,9 @@ from spade_ray.tracking.trace import TraceStore
 from spade_ray.training import Gate, Trainer
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+SETTINGS_FILE = "settings.json"  # in the run directory: the settings its rounds ran with
+# What a resumed run may change: how many rounds it runs, and where its records go.
+RESUMABLE = ("loop.rounds", "run_root", "trace.", "wandb.", "resume_check")
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
@@ -114,6 +119,37 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
     print(f"run directory: {run_dir} (trace.sqlite, pairs/, metrics.jsonl, plots/, wandb/)")
 
 
+def check_settings(cfg: DictConfig, run_dir: Path, resumed: bool) -> None:
+    """Record the run's settings in its directory, or, for a run that already completed
+    rounds there, refuse other ones (but RESUMABLE's): resuming would mix two experiments in
+    one trace, W&B run and learner. `resume_check=false` resumes with the new settings."""
+    now = json.loads(json.dumps(_flat(OmegaConf.to_container(cfg, resolve=True)), default=str))
+    path = run_dir / SETTINGS_FILE
+    if resumed and path.is_file() and cfg.get("resume_check", True):
+        before = json.loads(path.read_text())
+        changed = sorted(k for k in before.keys() | now.keys()
+                         if before.get(k) != now.get(k) and not k.startswith(RESUMABLE))
+        if changed:
+            shown = "; ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in changed[:5])
+            raise ValueError(
+                f"{run_dir} holds rounds run with other settings ({len(changed)} differ: "
+                f"{shown}); resuming would mix them in one trace. Give this run a directory of "
+                f"its own (run_name=NAME), or resume with the new settings (resume_check=false)")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(now, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    """A nested config as {dotted key: value}, lists kept whole."""
+    if not isinstance(tree, dict):
+        return {prefix[:-1]: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}{key}."))
+    return out
+
+
 def check_together(model: ModelConfig, loop_cfg: LoopConfig, params: LearnerParams | None
                    ) -> None:
     """The settings each group's validation cannot judge alone."""
@@ -129,11 +165,17 @@ def check_together(model: ModelConfig, loop_cfg: LoopConfig, params: LearnerPara
 
 def open_records(cfg: DictConfig, run_dir: Path, run_id: str, seed: int
                  ) -> tuple[TraceStore, MetricsSink]:
-    """The run's trace store and metrics sink (its W&B run grouped and tagged for a sweep)."""
+    """The run's trace store and metrics sink (its W&B run grouped and tagged for a sweep),
+    once the settings are those the run's completed rounds had (check_settings)."""
     store = TraceStore(run_dir / "trace.sqlite", run_id,
                        max_text_chars=cfg.trace.max_text_chars,
                        keep_text_rounds=cfg.trace.keep_text_rounds,
                        max_bytes=cfg.trace.max_mb * 2**20)
+    try:
+        check_settings(cfg, run_dir, resumed=store.last_completed_round() is not None)
+    except ValueError:
+        store.close()
+        raise
     sink = MetricsSink(run_dir, run_id, OmegaConf.to_container(cfg, resolve=True),
                        wandb_mode=cfg.wandb.mode, wandb_project=cfg.wandb.project,
                        wandb_group=str(cfg.wandb.group or cfg.run_name),

@@ -76,6 +76,18 @@ def test_malformed_generator_output_is_counted_not_fatal(tiny_run):
     assert all(reward == -1.0 for _, _, reward in rows)  # none is a task: the worst reward
 
 
+def test_a_resume_with_other_settings_is_refused_and_changes_nothing(tiny_run):
+    run_dir, _ = tiny_run
+    before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+    out = subprocess.run(run_cmd(run_dir.parent, "loop.candidates=2"), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode != 0
+    assert "loop.candidates: 3 -> 2" in out.stderr and "run_name=NAME" in out.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()
+            if p.name not in ("trace.sqlite-wal", "trace.sqlite-shm")} == {
+        k: v for k, v in before.items() if k not in ("trace.sqlite-wal", "trace.sqlite-shm")}
+
+
 @pytest.mark.parametrize("overrides", [[], ["learner=dpo", "loop.overlap=true"]],
                          ids=["collect-only", "dpo-overlap"])
 def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path, overrides):
