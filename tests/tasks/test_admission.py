@@ -329,12 +329,13 @@ def test_seed_tasks_are_not_augmented(sandbox):
 
 
 def test_a_reference_that_loops_on_an_augmented_input_keeps_its_own_examples(sandbox):
-    # A negated input never reaches 0: the extra run times out, the task stands on its own.
-    p = proposal("def f(n: int) -> int:\n    t = 0\n    while n != 0:\n        n -= 1\n"
-                 "        t += n\n    return t", "f(3)\nf(5)\nf(7)")
+    # An odd input (one more or less than its own) never reaches 0: the extra run times out,
+    # the task stands on its own.
+    p = proposal("def f(n: int) -> int:\n    t = 0\n    while n != 0:\n        n -= 2\n"
+                 "        t += n\n    return t", "f(4)\nf(6)\nf(8)")
     v = verdict(sandbox, p, config=AUGMENT)
     assert v.valid, v.reason
-    assert args_of(v.task) == [(3,), (5,), (7,)]
+    assert args_of(v.task) == [(4,), (6,), (8,)]
 
 
 def test_augmented_inputs_that_show_hash_seed_dependence_reject_the_task(sandbox):
