@@ -95,7 +95,8 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
         record.rewarded(stages.reward_generator(
             chunk, record.task_pass_rates, run.loop.generator_reward, record.index,
             record.generator_outputs, record.versions.solver,
-            with_groups=run.on_groups, flaky=frozenset(record.flaky)))
+            with_groups=run.on_groups, flaky=frozenset(record.flaky),
+            split=frozenset(record.two_answers)))
     _attempt(record, "export", record.export_pairs)
     items = round_items(run, record)
     if run.trainer is not None and not run.loop.overlap:

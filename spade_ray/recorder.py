@@ -104,6 +104,7 @@ class RoundRecord:
     sandbox_errors: int = 0
     hack_suspects: int = 0
     flaky: set[str] = dataclasses.field(default_factory=set)  # stages.control's flaky ids
+    two_answers: set[str] = dataclasses.field(default_factory=set)  # Scored.two_answers
     stage_s: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def generated(self, chunk: GeneratedChunk) -> None:
@@ -142,6 +143,7 @@ class RoundRecord:
         self.sandbox_errors += sum(c.execution.status is ExecStatus.SANDBOX_ERROR for c in checks)
         self.hack_suspects += sum(bool(c.suspicion) for c in checks)
         self.flaky |= scored.controls.flaky
+        self.two_answers |= scored.two_answers
         self.task_pass_rates.update(scored.pass_rates)
         families = {t.task_id: t.family for t in solutions.tasks}
         sources = {t.task_id: t.source for t in solutions.tasks}
@@ -238,6 +240,7 @@ class RoundRecord:
             sandbox_cpu_s=round(self.sandbox_cpu_s, 3),
             sandbox_reruns=self.sandbox_reruns, sandbox_errors=self.sandbox_errors,
             hack_suspects=self.hack_suspects, flaky_tasks=len(self.flaky),
+            two_answer_tasks=len(self.two_answers & {t.task_id for t in self.new_tasks}),
             stage_s=tuple((k, round(v, 3)) for k, v in sorted(self.stage_s.items())),
             engine_busy_s=round(engine_busy_s, 3), wall_s=round(wall_s, 3), **learned)
 
@@ -250,7 +253,10 @@ def round_line(m: RoundMetrics) -> str:
                + (f", {m.flaky_tasks} flaky tasks" if m.flaky_tasks else ""))
     return (f"round {m.round}: val pass@1 {val} ({m.validation_problems} problems) | tasks "
             f"{m.tasks_valid}/{m.tasks_proposed} valid (rejected: {reasons}) | new-task pass "
-            f"{m.new_task_pass_rate:.2f} | difficulty {m.mean_difficulty:.2f} | pairs {m.pairs} "
+            f"{m.new_task_pass_rate:.2f}"
+            + (f" ({m.two_answer_tasks} split between two answers)" if m.two_answer_tasks
+               else "")
+            + f" | difficulty {m.mean_difficulty:.2f} | pairs {m.pairs} "
             f"({m.pairs_from_generated} on generated tasks, {m.generator_pairs} generator)"
             f"{_control_part(m)}"
             f" | diversity {m.candidate_diversity:.2f} | tokens {m.tokens_generator}+"

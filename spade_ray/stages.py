@@ -30,6 +30,7 @@ from spade_ray.preferences.generator import (
     build_generator_groups,
     build_generator_pairs,
     generator_reward,
+    two_answers,
 )
 from spade_ray.records import (
     Candidate,
@@ -273,6 +274,9 @@ class Scored:
     rated: int  # candidates with a verdict (not sandbox_error) on tasks that are not flaky
     passed: int  # of those, how many passed every test
     controls: Controls = Controls()  # the batch's flaky tasks make no items
+    # predict tasks whose candidates split between the right answer and one other
+    # (generator.two_answers): their generator outputs earn no band reward
+    two_answers: frozenset[str] = frozenset()
 
 
 def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: float,
@@ -285,6 +289,7 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
     pairs: list[PreferencePair] = []
     groups: list[CompletionGroup] = []
     rates: dict[str, float] = {}
+    split: set[str] = set()
     rated = [s for c, s in zip(solutions.candidates, scores)
              if not needs_rerun(s) and c.task_id not in flaky]
     for task, prompt in zip(solutions.tasks, solutions.prompts):
@@ -294,12 +299,16 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
         verdicts = [s for _, s in mine if not needs_rerun(s)]
         if verdicts:
             rates[task.task_id] = sum(s.passed for s in verdicts) / len(verdicts)
+        rated_here = [(c, s) for c, s in mine if not needs_rerun(s)]
+        if task.family is TaskFamily.PREDICT and two_answers(
+                [c.code for c, _ in rated_here], [s.passed for _, s in rated_here]):
+            split.add(task.task_id)
         pairs += build_pairs(task, prompt, [c for c, _ in mine], [s for _, s in mine],
                              task.generator_version, margin=pair_margin)
         if with_groups:
             groups += build_groups(task, prompt, [c for c, _ in mine], [s for _, s in mine])
     return Scored(tuple(scores), tuple(pairs), tuple(groups), rates, len(rated),
-                  sum(s.passed for s in rated), controls)
+                  sum(s.passed for s in rated), controls, frozenset(split))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,21 +323,25 @@ class GeneratorRewards:
 def reward_generator(chunk: GeneratedChunk, pass_rates: Mapping[str, float],
                      kind: GeneratorReward, round_index: int, first_index: int,
                      solver_version: int, with_groups: bool,
-                     flaky: frozenset[str] = frozenset()) -> GeneratorRewards:
+                     flaky: frozenset[str] = frozenset(),
+                     split: frozenset[str] = frozenset()) -> GeneratorRewards:
     """Each output's reward from its admission and the solver's pass rate on its task; the
     outputs numbered from `first_index` (the round's outputs so far, in the order chunks
     complete: a killed round's rows are discarded before it re-runs, so numbers repeat). An
     output whose task turned out `flaky` (`control`) is rewarded as admission's rejections
-    are, and its outcome says "flaky"."""
+    are, and its outcome says "flaky"; one whose predict task's candidates `split` between
+    two answers (Scored.two_answers) gets no band reward (its task stays admitted)."""
     rewarded = []
     for i, item in enumerate(chunk.inputs):
         flaked = item.task_id is not None and item.task_id in flaky
+        guessed = item.task_id is not None and item.task_id in split
         rate = pass_rates.get(item.task_id) if item.task_id and not flaked else None
+        reward = generator_reward(item.task_id is not None and not flaked, item.executed,
+                                  rate, kind)
         rewarded.append(dataclasses.replace(
             item, index=first_index + i, pass_rate=rate,
             outcome="flaky" if flaked else item.outcome,
-            reward=generator_reward(item.task_id is not None and not flaked, item.executed,
-                                    rate, kind)))
+            reward=0.0 if guessed else reward))
     inputs = tuple(rewarded)
     return GeneratorRewards(inputs, tuple(build_generator_pairs(inputs, round_index,
                                                                 solver_version)),

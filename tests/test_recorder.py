@@ -10,7 +10,7 @@ import pytest
 from spade_ray import stages
 from spade_ray.preferences.generator import REJECTED_REWARD
 from spade_ray.recorder import Recorder, round_line
-from spade_ray.records import Completion, ExecStatus, Limits, SamplingParams
+from spade_ray.records import Completion, ExecStatus, Limits, SamplingParams, TaskFamily
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.tasks.templates import load_prompts
 from spade_ray.tracking import MetricsSink, TraceStore, Versions
@@ -93,6 +93,30 @@ def test_a_flaky_tasks_generator_output_is_rewarded_as_a_rejected_one():
                                       flaky=frozenset({task.task_id})).inputs
     assert (item.outcome, item.task_id, item.pass_rate, item.reward) == \
         ("flaky", task.task_id, None, REJECTED_REWARD)
+
+
+def test_a_predict_task_split_between_two_answers_pays_its_generator_no_band_reward(record):
+    # a coin flip the solver cannot compute: half right, half the one other answer
+    task = dataclasses.replace(f.task(), family=TaskFamily.PREDICT)
+    candidates = tuple(dataclasses.replace(f.candidate(index=i), code=answer)
+                       for i, answer in enumerate(["7744", "7745", "7744", "7745"]))
+    batch = stages.Solutions((task,), ("p",), candidates, 4, 0.0)
+    checks = [f.check(passed=ok) for ok in (True, False, True, False)]
+    scored = stages.score(batch, checks, pair_margin=0.0, with_groups=False)
+    assert scored.two_answers == {task.task_id} and scored.pass_rates == {task.task_id: 0.5}
+    record.solved(batch, checks, scored, generated=True)
+    output = dataclasses.replace(f.generator_input(), task_id=task.task_id, family="predict",
+                                 reward=None, pass_rate=None)
+    (item,) = stages.reward_generator(chunk_with([output]), scored.pass_rates,
+                                      stages.GeneratorReward.BAND, 0, first_index=0,
+                                      solver_version=0, with_groups=False,
+                                      split=scored.two_answers).inputs
+    assert (item.outcome, item.pass_rate, item.reward) == ("admitted", 0.5, 0.0)
+    record.new_tasks.append(task)
+    meters = {"generator": TokenMeter("generator"), "solver": TokenMeter("solver")}
+    metrics = record.metrics(None, 0, None, meters, 1.0)
+    assert metrics.two_answer_tasks == 1
+    assert "new-task pass 0.50 (1 split between two answers)" in round_line(metrics)
 
 
 def chunk_with(items) -> stages.GeneratedChunk:

@@ -10,7 +10,12 @@ rate p on it (K candidates):
     band  1 - 2|p - 0.5| for 0 < p < 1, else 0   (the default)
     azr   1 - p          for 0 < p < 1, else 0   (Absolute Zero's proposer reward)
 
-Both give nothing for a task nobody solves or everybody solves: neither teaches the solver. The
+Both give nothing for a task nobody solves or everybody solves: neither teaches the solver, and
+nothing for a predict task whose candidates split between the right answer and one other
+(`two_answers`): which of two answers is right decided their verdicts, which is what a coin flip
+the solver cannot compute looks like (`n * n + bit`, a bit from a scrambled seed: admission's
+guesses model some readable parts, this needs none). An honest question with one common trap
+looks the same and loses its band reward too: the price of never paying for a coin flip. The
 default is `band` because the project's target is the zone of proximal development (a pass rate
 of 30-70%): it peaks at p = 0.5 and is symmetric, where `azr` peaks at the hardest solvable task
 and so pushes difficulty up until the solver fails (with K = 4 it pays 0.75 for p = 0.25, and
@@ -24,9 +29,11 @@ admitted but a cap or a failure stopped the solver before it) is in neither.
 
 from __future__ import annotations
 
+import ast
 import enum
 from collections.abc import Sequence
 
+from spade_ray.execution import canonical
 from spade_ray.records import CompletionGroup, PreferencePair, Role
 from spade_ray.tracking import GeneratorInput
 
@@ -49,6 +56,23 @@ def generator_reward(admitted: bool, executed: bool, pass_rate: float | None,
     if pass_rate <= 0.0 or pass_rate >= 1.0:
         return 0.0
     return 1.0 - 2.0 * abs(pass_rate - 0.5) if kind is GeneratorReward.BAND else 1.0 - pass_rate
+
+
+def two_answers(answers: Sequence[str], passed: Sequence[bool]) -> bool:
+    """Whether a predict task's rated candidates (`answers`: their literals) split between the
+    right answer and one other that two or more of them gave, compared as data."""
+    wrong = {_value(a) for a, ok in zip(answers, passed) if not ok}
+    failed = sum(not ok for ok in passed)
+    return any(passed) and failed >= 2 and len(wrong) == 1
+
+
+def _value(answer: str) -> str:
+    """A literal's canonical data (type-exact), or its text when it is not one."""
+    try:
+        return canonical.encode(ast.literal_eval(answer.strip()))
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError,
+            canonical.NotPlainData):
+        return f"text:{answer.strip()}"
 
 
 def output_id(round_index: int, item: GeneratorInput) -> str:

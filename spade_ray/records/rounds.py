@@ -136,6 +136,9 @@ class RoundMetrics:
     # tasks whose own reference failed their tests beside their candidates (stages.control):
     # kept out of pairs, pass rates and the archive, their generator output rewarded as rejected
     flaky_tasks: int = 0
+    # new predict tasks whose candidates split between the right answer and one other
+    # (preferences.generator.two_answers): their generator outputs earn no band reward
+    two_answer_tasks: int = 0
     pairs_from_generated: int = 0  # solver pairs on tasks generated in this run (not seeds)
     generator_pairs: int = 0  # pairs of the generator role (counted in `pairs` too)
     generator_reward_mean: float | None = None  # over the round's rewarded generator outputs

@@ -7,6 +7,7 @@ from spade_ray.preferences.generator import (
     build_generator_groups,
     build_generator_pairs,
     generator_reward,
+    two_answers,
 )
 from spade_ray.records import Completion, Role
 from spade_ray.tracking import GeneratorInput
@@ -27,6 +28,22 @@ def test_reward(admitted, rate, band, azr):
 
 def test_text_that_is_no_new_program_gets_the_lowest_reward():
     assert generator_reward(False, False, None, BAND) == -1.0
+
+
+@pytest.mark.parametrize("answers, passed, split", [
+    # a bit no reader computes: the right answer or the other one (red-team pass 9)
+    (["7744", "7745", "7744", "7745"], [True, False, True, False], True),
+    (["[7744, 0]", "[7744,1]", "[7744, 1]", "[7744, 0]"], [True, False, False, True], True),
+    (["'OWLa'", "'OWLb'", "'OWLb'", "'OWLb'"], [True, False, False, False], True),
+    # wrong in more than one way, or wrong once, or never right: not a split
+    (["7744", "1", "7744", "2"], [True, False, True, False], False),
+    (["1", "1.0", "2", "1.0"], [False, False, True, True], False),  # 1 and 1.0 differ
+    (["3", "3", "3", "4"], [True, True, True, False], False),
+    (["4", "4", "4", "4"], [False, False, False, False], False),
+    (["x y", "x y", "5", "5"], [False, False, True, True], True),  # the same text, not data
+])
+def test_a_predict_task_split_between_two_answers_is_told(answers, passed, split):
+    assert two_answers(answers, passed) is split
 
 
 def output(index, prompt, text, reward, task_id=None):
