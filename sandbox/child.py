@@ -3,9 +3,10 @@
 The candidate runs the program, then, for a check, answers the grader's calls: each call's
 arguments arrive as canonical data (canonical.py), the function of the program's namespace is
 called, and its result goes back as canonical data, or as the name of the exception it raised,
-or as "unplain" with what made it so (a subclass of a plain type, an object with its own
-`__eq__`) for the grader to note. Everything here runs in the candidate's process and so is
-the candidate's to change: nothing it does can matter beyond the bytes it sends.
+or as "unplain" with what made it so (a class of its own that defines how it compares: a
+subclass of a plain type, an object with its own `__eq__`) for the grader to note. Everything
+here runs in the candidate's process and so is the candidate's to change: nothing it does can
+matter beyond the bytes it sends.
 
 The grader's process (grader.py) gets its fds and limits here too. Both children see exactly
 the fds listed for them and nothing else (no control channel of the server's, no other pipe).
@@ -219,14 +220,21 @@ def answer(namespace, seq, name, args, kwargs):
 
 
 def _oddity(value):
-    """What makes a value look built to fool a comparison ("" for honest non-data)."""
-    kind = type(value)
-    if kind in PLAIN_TYPES or not isinstance(value, PLAIN_TYPES):
-        return "defines __eq__" if "__eq__" in vars(kind) and kind not in PLAIN_TYPES else ""
-    overridden = [m for m in ("__eq__", "__ne__", "__hash__")
-                  if any(m in vars(k) for k in kind.__mro__[:-2] if k not in PLAIN_TYPES)]
-    return "subclass of a plain type" + (f" overriding {', '.join(overridden)}"
-                                          if overridden else "")
+    """What makes a value look built to fool a comparison: a class of the program's own (not
+    the standard library's: a range, a Counter, a Fraction, a namedtuple's tuple methods are
+    honest non-data, and a make run counted a returned range as a hack suspect) that defines
+    how it compares. "" for honest non-data."""
+    own = [k for k in type(value).__mro__ if not _standard(k)]
+    overridden = [m for m in ("__eq__", "__ne__", "__hash__") if any(m in vars(k) for k in own)]
+    if not isinstance(value, PLAIN_TYPES):
+        return "defines __eq__" if "__eq__" in overridden else ""
+    return f"subclass of a plain type overriding {', '.join(overridden)}" if overridden else ""
+
+
+def _standard(kind):
+    """Whether a class comes with Python (a builtin or a standard-library module's)."""
+    module = getattr(kind, "__module__", None) or ""
+    return module == "builtins" or module.split(".")[0] in sys.stdlib_module_names
 
 
 def _flag_memory_error():
