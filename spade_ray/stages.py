@@ -296,12 +296,11 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
         if task.task_id in flaky:
             continue
         mine = [(c, s) for c, s in zip(solutions.candidates, scores) if c.task_id == task.task_id]
-        verdicts = [s for _, s in mine if not needs_rerun(s)]
+        verdicts = [(c, s) for c, s in mine if not needs_rerun(s)]
         if verdicts:
-            rates[task.task_id] = sum(s.passed for s in verdicts) / len(verdicts)
-        rated_here = [(c, s) for c, s in mine if not needs_rerun(s)]
+            rates[task.task_id] = sum(s.passed for _, s in verdicts) / len(verdicts)
         if task.family is TaskFamily.PREDICT and two_answers(
-                [c.code for c, _ in rated_here], [s.passed for _, s in rated_here]):
+                [c.code for c, _ in verdicts], [s.passed for _, s in verdicts]):
             split.add(task.task_id)
         pairs += build_pairs(task, prompt, [c for c, _ in mine], [s for _, s in mine],
                              task.generator_version, margin=pair_margin)

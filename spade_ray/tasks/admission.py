@@ -69,8 +69,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import hashlib
-import json
 from collections.abc import Sequence
 
 from spade_ray.execution import canonical
@@ -90,19 +88,13 @@ from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
-from spade_ray.tasks.guesses import (
-    FLOAT_TOLERANCE,
-    coin_flip,
-    guessed_answers,
-    lookup_passes,
-    null_solvers,
-)
+from spade_ray.tasks.guesses import coin_flip, guessed_answers, lookup_passes, null_solvers
+from spade_ray.tasks.making import make_task, suite_of
 from spade_ray.tasks.mutation import mutants
 from spade_ray.tasks.static import static_reason
 
 MUTANT_ROLES = {False: "mutant", True: "mutant:fixed"}  # by Mutant.fixed
 MUTANT_SLOWDOWN = 4.0  # a mutant's budget, in times the reference's check (_mutant_limits)
-PREDICT_ENTRY = "answer"  # the function a predict candidate defines (families.py)
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
 @dataclasses.dataclass(frozen=True)
 class AdmissionConfig:
@@ -369,8 +361,8 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
                                  config.visible_examples)
         if buggy is None:
             return Admitted(p, family, None, "no_killed_mutant", cpu, score)
-    task = make_task(p, family, topic, core.examples, asked, buggy, limits, config, source,
-                     generator_version)
+    task = make_task(p, family, topic, core.examples, asked, buggy, limits,
+                     config.visible_examples, source, generator_version)
     return Admitted(p, family, task, "", cpu, score)
 
 
@@ -388,49 +380,3 @@ def counted(role: str, check: CheckResult) -> bool:
     returned = any(o.outcome is not Verdict.ERROR for o in check.outcomes)
     passed_one = any(o.outcome is Verdict.PASSED for o in check.outcomes)
     return returned and (passed_one or role == MUTANT_ROLES[False])
-
-
-def suite_of(examples: Sequence[IOExample], entry_point: str) -> TestSuite:
-    """The examples as the suite that grades them (the reference's and the mutants' checks
-    too). A float answer depends on the order of its operations, which no description states:
-    of five right means (fsum, fmean, sum / len, a loop, statistics.mean) two passed exactly,
-    so a task with float answers compares them with FLOAT_TOLERANCE."""
-    floats = any(_holds_float(canonical.decode(e.expected)) for e in examples)
-    return TestSuite(examples=tuple(examples), entry_point=entry_point,
-                     float_tolerance=FLOAT_TOLERANCE if floats else 0.0)
-
-
-def _holds_float(value) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if type(item) is float:
-            return True
-        if type(item) in (list, tuple, set, frozenset):
-            stack.extend(item)
-        elif type(item) is dict:
-            stack.extend(item.values())
-    return False
-
-
-def make_task(p: Proposal, family: TaskFamily, topic: str, examples: tuple[IOExample, ...],
-              asked: int, buggy: str | None, limits: Limits, config: AdmissionConfig,
-              source: TaskSource, generator_version: int) -> Task:
-    """The task of `family` made of an admitted proposal and its examples (a predict task
-    asks `examples[asked]`, one of the generator's own inputs)."""
-    suite = suite_of(examples, p.entry_point)
-    visible = examples[:config.visible_examples]
-    if family is TaskFamily.PREDICT:
-        # The answer is the output as data, returned by the candidate's `answer()`.
-        question = examples[asked]
-        visible = (question,)
-        suite = TestSuite(examples=(IOExample(args=canonical.encode(()),
-                                              expected=question.expected),),
-                          entry_point=PREDICT_ENTRY, float_tolerance=suite.float_tolerance)
-    blob = json.dumps([family, p.description, p.reference, [dataclasses.astuple(e)
-                                                             for e in suite.examples], buggy])
-    return Task(task_id=hashlib.sha256(blob.encode()).hexdigest()[:16], family=family,
-                topic=topic, description=p.description, entry_point=p.entry_point,
-                signature=p.signature, tests=suite, reference=p.reference, buggy=buggy,
-                visible=visible, limits=limits, source=source,
-                generator_version=generator_version)

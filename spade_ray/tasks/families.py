@@ -23,9 +23,9 @@ import textwrap
 from spade_ray.evaluation import scoring
 from spade_ray.execution import MAX_CODE_BYTES, canonical
 from spade_ray.records import IOExample, Task, TaskFamily
-from spade_ray.tasks.admission import PREDICT_ENTRY
 from spade_ray.tasks.format import call_text
 from spade_ray.tasks.imports import with_missing_imports
+from spade_ray.tasks.making import PREDICT_ENTRY
 from spade_ray.tasks.templates import PromptTemplate, render
 
 # A fenced block as Markdown has it: a line opening with ``` or ~~~ (indented or not, any info

@@ -26,7 +26,7 @@ FEW_ANSWERS = 3
 NULL_CONSTANTS = {"none": "None", "zero": "0", "zero_float": "0.0", "one": "1", "true": "True",
                   "false": "False", "empty_str": "''", "empty_list": "[]", "empty_dict": "{}",
                   "empty_tuple": "()"}
-# How close a float answer must be (admission.suite_of gives it a task with float answers):
+# How close a float answer must be (making.suite_of gives it a task with float answers):
 # relative and absolute, so a float answer this close to 0 is the guess 0.0.
 FLOAT_TOLERANCE = 1e-9
 # Their canonical texts (what an example's expected output is stored as) -> name.

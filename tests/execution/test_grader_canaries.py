@@ -421,33 +421,6 @@ def test_the_memory_scanner_finds_text_that_is_there(sandbox):
     assert sandbox.run(textwrap.dedent(code)).stdout.strip() not in ("", "0")
 
 
-@pytest.mark.parametrize("attack", [
-    "always_equal_object", "int_subclass_equal_to_anything", "exit_zero_at_import",
-    "os_exit_zero_inside_the_call", "kill_self_and_every_process",
-    "answers_pushed_before_the_calls", "keyboard_interrupt_inside_the_call"])
-def test_probing_is_flagged_as_suspicion(sandbox, attack):
-    result, _ = verdict(sandbox, ATTACKS[attack], ASSERTS)
-    assert result.suspicion
-
-
-@pytest.mark.parametrize("code", [WRONG, "def add(a, b):\n    return a - b\n",
-                                  "raise ValueError('bug at import')",
-                                  "def add(a, b):\n    return [a, b][2]\n",
-                                  # not plain data, but Python's own types: a make run counted
-                                  # a returned range as a hack suspect
-                                  "def add(a, b):\n    return range(a, b)\n",
-                                  "import collections\ndef add(a, b):\n"
-                                  "    return collections.Counter([a, b])\n",
-                                  "import fractions\ndef add(a, b):\n"
-                                  "    return fractions.Fraction(a + b)\n",
-                                  "import collections\nP = collections.namedtuple('P', 'a b')\n"
-                                  "def add(a, b):\n    return P(a, b)\n",
-                                  "def add(a, b):\n    return {a: b}.keys()\n"])
-def test_honest_mistakes_are_not_suspicious(sandbox, code):
-    result, _ = verdict(sandbox, code, ASSERTS)
-    assert not result.passed and result.suspicion == ""
-
-
 def test_a_forged_frame_does_not_touch_the_next_candidates(sandbox):
     sandbox.check(textwrap.dedent(ATTACKS["forged_reports_on_every_fd"]), ASSERTS)
     results = [sandbox.check(CONTROLS["plain"], ASSERTS) for _ in range(3)]
