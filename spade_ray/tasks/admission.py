@@ -163,7 +163,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     augmenting = [key for key in running if extras[key]]
     jobs = running + [_job(proposals[first[key]], extras[key]) for key in augmenting]
     runs = executor.run_many([driver.DRIVER] * len(jobs), jobs,
-                             limits=driver.driver_limits(limits))
+                             limits=driver.driver_limits(limits, config.max_reference_cpu_s))
     extra_runs = dict(zip(augmenting, runs[len(running):]))
     cores: dict[str, _Core | str] = {key: reason for key, reason in static.items() if reason}
     for key, run in zip(running, runs):

@@ -120,13 +120,16 @@ def job(reference: str, entry_point: str, inputs: Sequence[tuple]) -> str:
                        "calls": [repr(args) for args in inputs]})
 
 
-def driver_limits(limits: Limits) -> Limits:
+def driver_limits(limits: Limits, max_reference_cpu_s: float) -> Limits:
     """Every interpreter runs every input PASSES times: that many times the task's limits, plus
-    their start-up."""
+    their start-up, but no more than twice what `answers` calls slow (`max_reference_cpu_s` is
+    for two passes): a reference over that is rejected whatever it does next, and one that
+    loops had cost 31.5 s of CPU per driver job under make run's limits (6 x 5 s), twice over
+    with augmented inputs; 13.5 s now. The wall budget keeps the task's ratio of wall to CPU."""
     runs = INTERPRETERS * PASSES
-    return dataclasses.replace(limits, timeout_s=runs * limits.timeout_s + 1.5,
-                               cpu_s=runs * limits.cpu_s + 1.5)
-
+    cpu_s = min(runs * limits.cpu_s, 2 * max_reference_cpu_s * runs / 2)
+    return dataclasses.replace(limits, timeout_s=cpu_s * limits.timeout_s / limits.cpu_s + 1.5,
+                               cpu_s=cpu_s + 1.5)
 
 def answers(run: ExecResult, calls: int, max_reference_cpu_s: float) -> list | str:
     """Per input, ["ok", repr, line] or ["raise", type name, line] from a DRIVER run (the

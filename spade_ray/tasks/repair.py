@@ -45,10 +45,12 @@ def bugs_differ(tasks: Sequence[Task], executor, limits: Limits,
                 max_reference_cpu_s: float) -> list[tuple[bool, float]]:
     """Per repair task, whether its buggy program answers its inputs differently in the
     driver's fresh interpreters, and the sandbox CPU that took."""
+    if not tasks:
+        return []
     calls = [[canonical.decode(e.args) for e in task.tests.examples] for task in tasks]
     runs = executor.run_many([driver.DRIVER] * len(tasks),
                              [driver.job(task.buggy, task.entry_point, inputs)
                               for task, inputs in zip(tasks, calls)],
-                             limits=driver.driver_limits(limits)) if tasks else []
+                             limits=driver.driver_limits(limits, max_reference_cpu_s))
     return [(driver.answers(run, len(inputs), max_reference_cpu_s) == "nondeterministic",
              run.cpu_s) for run, inputs in zip(runs, calls)]

@@ -83,13 +83,21 @@ def test_a_reference_that_reads_the_clock_is_nondeterministic_in_the_driver(sand
     given `import time` directly here; admission's static rules refuse it.)"""
     reference = f"import time\ndef f(n: int) -> int:\n    return 2 * n + {flip}"
     run = sandbox.run(DRIVER, job(reference, "f", [(n,) for n in range(8)]),
-                      limits=driver_limits(LIMITS))
+                      limits=driver_limits(LIMITS, AdmissionConfig().max_reference_cpu_s))
     assert answers(run, 8, AdmissionConfig().max_reference_cpu_s) == "nondeterministic"
 
 
 def test_a_reference_that_loops_forever_is_a_timeout(sandbox):
     p = proposal("def f(n: int) -> int:\n    while True:\n        n += 1", "f(1)\nf(2)")
     assert verdict(sandbox, p).reason == "reference_timeout"
+
+
+def test_a_looping_reference_is_stopped_at_twice_the_slow_bound(sandbox):
+    """Not at the task's limits times the driver's runs (6 s of CPU under LIMITS): 2 x 0.2 s
+    per pass, 3 interpreters, plus their start-up."""
+    p = proposal("def f(n: int) -> int:\n    while True:\n        n += 1", "f(1)\nf(2)")
+    v = verdict(sandbox, p, config=AdmissionConfig(max_reference_cpu_s=0.2))
+    assert v.reason == "reference_timeout" and v.cpu_s < 4.0
 
 
 def test_a_reference_that_depends_on_the_hash_seed_is_nondeterministic(sandbox):
@@ -149,8 +157,10 @@ def test_an_output_that_is_not_plain_data_is_not_an_example(sandbox):
 
 
 def test_a_slow_reference_is_rejected(sandbox):
+    """~1 s of CPU over the driver's 12 calls: over the 0.6 s it may take, under the 2.7 s at
+    which the driver is stopped (a reference past that is a timeout)."""
     p = proposal("def f(n: int) -> int:\n    t = 0\n    for i in range(n):\n        t += i\n"
-                 "    return t", "f(3000000)\nf(3000001)")
+                 "    return t", "f(1500000)\nf(1500001)")
     assert verdict(sandbox, p, config=AdmissionConfig(max_reference_cpu_s=0.2)).reason == \
         "reference_slow"
 
