@@ -19,9 +19,10 @@ literals: numbers, strings, bytes, None, booleans, lists, tuples, dicts, sets), 
 named by the function's parameters (bound to their positions); a call may run over several
 lines, as Python allows. The Inputs section ends at the first line that is not such a call, so
 a model that rambles on after its last input still wrote a task; a call with the wrong number of
-arguments is skipped, and section headers match in any case. Two repairs: the import of a
-standard-library name the reference uses and never binds (`Counter`, `lru_cache`) is added
-(tasks/imports.py), and calls of a name a one-function reference does not define call that
+arguments is skipped, and section headers match in any case; a Reference or Inputs section
+whose header line is missing is read where the model wrote it (`_unlabelled`). Two repairs: the
+import of a standard-library name the reference uses and never binds (`Counter`, `lru_cache`)
+is added (tasks/imports.py), and calls of a name a one-function reference does not define call that
 function. Parsing is strict about everything else and says what is wrong with a short,
 countable reason; it never guesses code. A reference must also be something the host can work
 on: one that nests deeper than MAX_AST_DEPTH is `reference_too_deep`, and one Python cannot
@@ -38,7 +39,8 @@ from typing import Any
 from spade_ray.tasks.imports import with_missing_imports
 
 SECTIONS = ("Description", "Reference", "Inputs")
-_HEADER = re.compile(rf"^({'|'.join(SECTIONS)}):[ \t]*(.*)$", re.IGNORECASE)
+# a header line: `Inputs:` and what follows it, or the bare word alone on its line (`inputs`)
+_HEADER = re.compile(rf"^({'|'.join(SECTIONS)})(?::[ \t]*(.*)|[ \t]*)$", re.IGNORECASE)
 MIN_INPUTS = 2
 MAX_INPUTS = 12
 MAX_LITERAL_CHARS = 400  # one input call; also bounds what ast.literal_eval is given
@@ -72,7 +74,7 @@ class Proposal:
 
 
 def parse_proposal(text: str) -> Proposal:
-    sections = _sections(text)
+    sections = _unlabelled(_sections(text))
     missing = [s for s in SECTIONS if not sections.get(s, "").strip()]
     if missing:
         raise TaskFormatError("missing_section", f"no {', '.join(missing)} section")
@@ -122,7 +124,7 @@ def inputs_frame(text: str) -> str | None:
     except TaskFormatError as e:
         if e.reason not in FRAME_REASONS:
             return None
-    sections = _sections(text)
+    sections = _unlabelled(_sections(text))
     if not sections.get("Description", "").strip() or not sections.get("Reference", "").strip():
         return None
     reference = sections["Reference"].strip("\n")
@@ -181,6 +183,35 @@ def _sections(text: str) -> dict[str, str]:
         elif current is not None:
             sections[current].append(line)
     return {name: "\n".join(lines).strip("\n") for name, lines in sections.items()}
+
+
+_CODE_START = re.compile(r"^(def |async def |import |from \S+ import |@)")
+
+
+def _unlabelled(sections: dict[str, str]) -> dict[str, str]:
+    """The sections with those whose header line the model left out read from where it put
+    them (5 of 48 outputs of bench/generator_admission.py lacked a section, 2 of them only a
+    header): a Reference without its `Reference:` line starts at the first line of code (a def,
+    an import or a decorator at the start of a line) in the Description, and Inputs without
+    theirs at the first line at the start of the reference's lines, after its code, that is a
+    call. Nothing is written that the model did not write, and each part still has to pass
+    the same checks."""
+    sections = dict(sections)
+    if not sections.get("Reference", "").strip() and "Description" in sections:
+        lines = sections["Description"].splitlines()
+        start = next((i for i, line in enumerate(lines) if _CODE_START.match(line)), None)
+        if start:  # not 0: the description is the text before the code
+            sections["Description"] = "\n".join(lines[:start])
+            sections["Reference"] = "\n".join(lines[start:])
+    if not sections.get("Inputs", "").strip() and sections.get("Reference", "").strip():
+        lines = sections["Reference"].splitlines()
+        code = next((i for i, line in enumerate(lines) if _CODE_START.match(line)), len(lines))
+        start = next((i for i, line in enumerate(lines) if i > code and
+                      _CALL_START.match(line)), None)
+        if start is not None:
+            sections["Reference"] = "\n".join(lines[:start])
+            sections["Inputs"] = "\n".join(lines[start:])
+    return sections
 
 
 def _inputs(section: str, functions: dict[str, ast.FunctionDef]

@@ -164,3 +164,31 @@ def test_a_call_of_another_function_without_literals_still_ends_the_inputs():
     with pytest.raises(TaskFormatError) as e:
         parse_proposal(GOOD.replace("double(2)\n", "print(y)\ndouble(2)\n"))
     assert e.value.reason == "no_inputs"
+
+
+@pytest.mark.parametrize("text", [
+    # the Reference header left out: the code follows the description (bench dumps)
+    GOOD.replace("Reference:\n", "# double it\n"),
+    # the Inputs header left out, or written as a bare word: the calls follow the code
+    GOOD.replace("Inputs:\n", ""),
+    GOOD.replace("Inputs:\n", "# calls\n"),
+    GOOD.replace("Inputs:\n", "inputs\n"),
+    # both
+    GOOD.replace("Reference:\n", "").replace("Inputs:\n", "\n"),
+])
+def test_a_section_whose_header_is_missing_is_read_where_the_model_wrote_it(text):
+    p = parse_proposal(text)
+    assert (p.entry_point, p.inputs) == ("double", ((2,), (-1,)))
+    assert p.reference.splitlines()[:2] == ["def double(x: int) -> int:", "    return 2 * x"]
+
+
+def test_a_missing_header_is_never_made_of_prose_or_of_code_inside_the_function():
+    prose = "Description: Double it.\nThe function doubles.\ndouble(2)\ndouble(3)\n"
+    with pytest.raises(TaskFormatError, match="missing_section"):
+        parse_proposal(prose)  # no code: no Reference
+    body = "Description: Double it.\nReference:\ndef double(x):\n    f(1)\n    return 2 * x\n"
+    with pytest.raises(TaskFormatError, match="missing_section"):
+        parse_proposal(body)  # an indented call is the function's, not an input
+    assert inputs_frame(GOOD.replace("Reference:\n", "").split("Inputs:")[0]) == \
+        "Description: Double a number.\nReference:\ndef double(x: int) -> int:\n" \
+        "    return 2 * x\nInputs:\ndouble("
