@@ -232,9 +232,21 @@ def _oddity(value):
 
 
 def _standard(kind):
-    """Whether a class comes with Python (a builtin or a standard-library module's)."""
-    module = getattr(kind, "__module__", None) or ""
-    return module == "builtins" or module.split(".")[0] in sys.stdlib_module_names
+    """Whether a class comes with Python: a builtin, or a standard-library module's that the
+    module holds under the class's own name, with no comparison of the program's own. A class
+    can name any module in `__module__` (`__module__ = "collections"`), so the name alone
+    is not enough; this stays a label, and the verdict never reads it."""
+    module = getattr(kind, "__module__", None)
+    if module == "builtins":
+        return True
+    if not isinstance(module, str) or module.split(".")[0] not in sys.stdlib_module_names:
+        return False
+    held = sys.modules.get(module)
+    for part in str(getattr(kind, "__qualname__", "")).split("."):
+        held = getattr(held, part, None)
+    return held is kind and not any(
+        getattr(getattr(vars(kind).get(m), "__code__", None), "co_filename", "") == "solution.py"
+        for m in ("__eq__", "__ne__", "__hash__"))
 
 
 def _flag_memory_error():
