@@ -214,9 +214,15 @@ ATTACKS = {
                             return a + b
             return 0
     """,
+    # One scan, at the first call (the tests, were they leaked, are there from the start): a
+    # scan per call found the scanner's own copies of its needle from the scans before it in
+    # about 1 docker run in 5 (always at the third call).
     "tests_sought_in_process_memory": SCAN + textwrap.dedent("""
+        FOUND = []
         def add(a, b):
-            return a + b if leaked(bytes(reversed(b"51 == )5 ,01("))) else 0
+            if not FOUND:
+                FOUND.append(leaked(bytes(reversed(b"51 == )5 ,01("))))
+            return a + b if FOUND[0] else 0
     """),
     "forged_reports_on_every_fd": """
         import os, json, struct
