@@ -131,6 +131,7 @@ def driver_limits(limits: Limits, max_reference_cpu_s: float) -> Limits:
     return dataclasses.replace(limits, timeout_s=cpu_s * limits.timeout_s / limits.cpu_s + 1.5,
                                cpu_s=cpu_s + 1.5)
 
+
 def answers(run: ExecResult, calls: int, max_reference_cpu_s: float) -> list | str:
     """Per input, ["ok", repr, line] or ["raise", type name, line] from a DRIVER run (the
     interpreters agreeing; the line of the entry function's `return` that answered, 0 when

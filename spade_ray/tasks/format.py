@@ -190,7 +190,7 @@ _CODE_START = re.compile(r"^(def |async def |import |from \S+ import |@)")
 
 def _unlabelled(sections: dict[str, str]) -> dict[str, str]:
     """The sections with those whose header line the model left out read from where it put
-    them (5 of 48 outputs of bench/generator_admission.py lacked a section, 2 of them only a
+    them (5 of 48 outputs of bench/generator_admission.py lacked a section, 3 of them only a
     header): a Reference without its `Reference:` line starts at the first line of code (a def,
     an import or a decorator at the start of a line) in the Description, and Inputs without
     theirs at the first line at the start of the reference's lines, after its code, that is a
