@@ -5,7 +5,7 @@ iteration early (test_grader_canaries.py holds the other attack families)."""
 import pytest
 
 from spade_ray.records import ExecStatus, TestSuite
-from tests.execution.test_grader_canaries import CONTROLS, verdict
+from tests.execution.canaries import CONTROLS, verdict
 
 # Test code that iterates over the candidate's answers: a builtin that consumes an iterator
 # (map, filter, next with a default) ends quietly at a StopIteration raised inside it.

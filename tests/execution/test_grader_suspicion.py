@@ -3,7 +3,7 @@ not (a monitoring signal: the verdict of either is a failure)."""
 
 import pytest
 
-from tests.execution.test_grader_canaries import ASSERTS, ATTACKS, WRONG, verdict
+from tests.execution.canaries import ASSERTS, ATTACKS, WRONG, verdict
 
 
 @pytest.mark.parametrize("attack", [

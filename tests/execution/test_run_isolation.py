@@ -14,7 +14,7 @@ import pytest
 
 from spade_ray.records import ExecStatus
 from tests.conftest import TEST_LIMITS
-from tests.execution.test_grader_canaries import ASSERTS, CHECK, CONTROLS, SHAPES, WRONG, verdict
+from tests.execution.canaries import ASSERTS, CHECK, CONTROLS, SHAPES, WRONG, verdict
 
 # ------------------------------------------- state a run leaves for the next one on its worker
 
