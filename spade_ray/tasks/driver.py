@@ -120,6 +120,12 @@ def job(reference: str, entry_point: str, inputs: Sequence[tuple]) -> str:
                        "calls": [repr(args) for args in inputs]})
 
 
+def slow_s(max_reference_cpu_s: float) -> float:
+    """The driver CPU past which a reference is slow: `max_reference_cpu_s` is for two passes,
+    and the driver makes INTERPRETERS * PASSES of them."""
+    return max_reference_cpu_s * INTERPRETERS * PASSES / 2
+
+
 def driver_limits(limits: Limits, max_reference_cpu_s: float) -> Limits:
     """Every interpreter runs every input PASSES times: that many times the task's limits, plus
     their start-up, but no more than twice what `answers` calls slow (`max_reference_cpu_s` is
@@ -127,7 +133,7 @@ def driver_limits(limits: Limits, max_reference_cpu_s: float) -> Limits:
     loops had cost 31.5 s of CPU per driver job under make run's limits (6 x 5 s), twice over
     with augmented inputs; 13.5 s now. The wall budget keeps the task's ratio of wall to CPU."""
     runs = INTERPRETERS * PASSES
-    cpu_s = min(runs * limits.cpu_s, 2 * max_reference_cpu_s * runs / 2)
+    cpu_s = min(runs * limits.cpu_s, 2 * slow_s(max_reference_cpu_s))
     return dataclasses.replace(limits, timeout_s=cpu_s * limits.timeout_s / limits.cpu_s + 1.5,
                                cpu_s=cpu_s + 1.5)
 
@@ -140,7 +146,7 @@ def answers(run: ExecResult, calls: int, max_reference_cpu_s: float) -> list | s
         return "sandbox_error"
     if run.status is not ExecStatus.OK:
         return f"reference_{run.status.value}"
-    if run.cpu_s > max_reference_cpu_s * INTERPRETERS * PASSES / 2:
+    if run.cpu_s > slow_s(max_reference_cpu_s):
         return "reference_slow"
     try:
         interpreters = json.loads(run.stdout)
