@@ -2,16 +2,21 @@
 
 A policy optimised against partial credit first finds the programs that read nothing of the task
 but its prompt: a table of the shown examples, and for any other input a constant, an argument
-as it is, or one cheap operation on an argument (`len`, `sorted`, a reversal, `min`, `sum`,
-`not`, `a + b`...). On the seed pool, the best constant or echo earned 0.25 or more on 34 of 45
-codegen tasks (`return False`: 0.75), and a shown table plus one cheap operation 0.33 to 0.67 on
-eight more; each outscored every honest attempt that raised. `null_credit` is the best such
-program's credit on a suite, the zero of `scoring.partial_credit`.
+as it is, one cheap operation on an argument (`len`, `sorted`, a reversal, `min`, `sum`,
+`not`, `a + b`...), or two of the one-argument operations in a row (red-team pass 10: a table
+plus `sorted(set(xs), reverse=True)` earned 0.667 on the seed `remove_duplicates`, where every
+single operation earned nothing). On the seed pool, the best constant or echo earned 0.25 or
+more on 34 of 45 codegen tasks (`return False`: 0.75), and a shown table plus one cheap
+operation 0.33 to 0.67 on eight more; each outscored every honest attempt that raised.
+`null_credit` is the best such program's credit on a suite, the zero of
+`scoring.partial_credit`.
 
 The guesses run here, on the host, on decoded plain data (admission caps a generated task's
 inputs and outputs; an example whose encoded arguments are over `MAX_GUESSED_ARGS` characters is
-a miss for every operation); one that raises is a miss. Non-goal: every short program; these are
-the ones that need no reading of the description.
+a miss for every operation); one that raises is a miss. Two operations in a row make 441 guesses
+an argument: about 1 s of host CPU, once per task, on 14 examples of 90,000-character strings,
+the largest arguments guessed on. Non-goal: every short program; these are the ones that need no
+reading of the description.
 """
 
 from __future__ import annotations
@@ -49,43 +54,62 @@ def guesses(examples: Sequence[tuple[tuple, Any]], tolerance: float = 0.0,
             sizes: Sequence[int] | None = None) -> dict[str, list[bool]]:
     """Per guess, which (args, expected) examples it gets right: `const:<repr>` for every
     example's expected value, `arg<k>` for an argument as it is, `<op>(arg<k>)` and
-    `<op>(arg<j>, arg<k>)` for one operation, guarded: where the operation raises (on an
-    empty list, say), `x if xs else c` returns the best constant of those inputs (`sizes`:
-    each example's encoded argument size)."""
+    `<op>(arg<j>, arg<k>)` for one operation and `<op>(<op>(arg<k>))` for two, guarded: where
+    an operation raises (on an empty list, say), `x if xs else c` returns the best constant of
+    those inputs (`sizes`: each example's encoded argument size)."""
     sizes = sizes or [0] * len(examples)
     rows: dict[str, list[bool]] = {}
     for _, expected in examples:
         rows.setdefault(f"const:{canonical.encode(expected)}",
                         [canonical.same(expected, e, tolerance) for _, e in examples])
     arity = max((len(args) for args, _ in examples), default=0)
+    arg_lists = [args for args, _ in examples]
+    answers = [e for _, e in examples]
     for k in range(arity):
         rows[f"arg{k}"] = [k < len(args) and canonical.same(args[k], e, tolerance)
                            for args, e in examples]
-        for name in UNARY:
-            rows[f"{name}(arg{k})"] = _guarded(
-                [_right(name, args, (k,), e, size, tolerance)
-                 for (args, e), size in zip(examples, sizes)], examples, tolerance)
+        inner = {name: [_applied(name, args, (k,), size) for args, size in zip(arg_lists, sizes)]
+                 for name in UNARY}
+        for name, values in inner.items():
+            rows[f"{name}(arg{k})"] = _guarded(_rights(values, answers, tolerance), examples,
+                                               tolerance)
+            for outer in UNARY:
+                composed = [v if v is _RAISED or v is _MISSED else _applied(outer, (v,), (0,), 0)
+                            for v in values]
+                rows[f"{outer}({name}(arg{k}))"] = _guarded(
+                    _rights(composed, answers, tolerance), examples, tolerance)
     for j, k in itertools.permutations(range(arity), 2):
         for name in BINARY:
-            rows[f"{name}(arg{j}, arg{k})"] = _guarded(
-                [_right(name, args, (j, k), e, size, tolerance)
-                 for (args, e), size in zip(examples, sizes)], examples, tolerance)
+            values = [_applied(name, args, (j, k), size) for args, size in zip(arg_lists, sizes)]
+            rows[f"{name}(arg{j}, arg{k})"] = _guarded(_rights(values, answers, tolerance),
+                                                       examples, tolerance)
     return rows
 
 
-def _right(name: str, args: tuple, positions: tuple[int, ...], expected: Any, size: int,
-           tolerance: float) -> bool | None:
-    """Whether the operation gets the example right; None where it raises (or would build a
-    value far bigger than its arguments: `'ab' * 10**7` took 6 GB of the host)."""
+_RAISED = object()  # the operation raised (or would build a value far bigger than its arguments)
+_MISSED = object()  # not tried: the example's arguments are too big, or too few
+
+
+def _applied(name: str, args: tuple, positions: tuple[int, ...], size: int) -> Any:
+    """The operation's value on the example's arguments at `positions`: `_RAISED` where it
+    raises or would build a value far bigger than its arguments (`'ab' * 10**7` took 6 GB of
+    the host), `_MISSED` where the arguments are too big or too few to try it."""
     if size > MAX_GUESSED_ARGS or max(positions) >= len(args):
-        return False
+        return _MISSED
     values = [args[i] for i in positions]
     if name == "mul" and _product_size(*values) > MAX_GUESSED_ARGS:
-        return None
+        return _RAISED
     try:
-        return canonical.same(_OPS[name](*values), expected, tolerance)
+        return _OPS[name](*values)
     except Exception:  # noqa: BLE001 - a guess that raises on this input is guarded
-        return None
+        return _RAISED
+
+
+def _rights(values: Sequence[Any], expected: Sequence[Any], tolerance: float
+            ) -> list[bool | None]:
+    """Per example, whether the guessed value is right; None where the guess raised."""
+    return [None if v is _RAISED else v is not _MISSED and canonical.same(v, e, tolerance)
+            for v, e in zip(values, expected)]
 
 
 def _product_size(a: Any, b: Any) -> int:

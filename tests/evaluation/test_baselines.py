@@ -24,3 +24,16 @@ def test_a_guarded_operation_returns_a_constant_where_it_raises():
     assert rows["min(arg0)"] == [True, True, True]
     assert rows["max(arg0)"] == [False, True, False]
     assert rows["last_index(arg0)"] == [True, False, True]
+
+
+def test_two_operations_in_a_row_are_a_guess():
+    # remove_duplicates's seed examples: sorted(set(xs), reverse=True) is right on four of six
+    # (red-team pass 10: with a table of the two shown, it earned 0.667 over honest attempts)
+    examples = [(([1, 2, 1, 3, 2],), [1, 2, 3]), (([],), []), ((["b", "a", "b"],), ["b", "a"]),
+                (([4, 4, 4],), [4]), (([3, 2, 1],), [3, 2, 1]), (([2, 1, 2, 3],), [2, 1, 3])]
+    rows = guesses(examples)
+    assert rows["sorted_desc(set_sorted(arg0))"] == [False, True, True, True, True, False]
+    # three of the four hidden examples, where no single operation gets more than one
+    assert max(sum(row[2:]) for name, row in rows.items() if name.count("(") < 2) == 1
+    # an inner operation that raises is guarded as one that raises by itself
+    assert guesses([(([],), 0), (([2],), 2), (([3, 1],), 1)])["abs(min(arg0))"] == [True] * 3
