@@ -71,13 +71,14 @@ def shown_examples(task: Task, hints: int | None = None) -> int:
     """How many of the task's examples its prompt shows: the leading ones that are its visible
     examples (a predict task shows a call, not an example of its `answer()` suite); with
     `hints` (the co-evolution controller's hint lever, tasks/control.py), fewer of them or the
-    next ones in order, never more than half of all."""
+    next ones in order, never more than the task's `most_shown` (admission's bound: no more
+    than half of all, and copying the shown ones still fails)."""
     k = len(task.visible)
     if not (k and task.tests.examples[:k] == task.visible):
         return 0
     if hints is None or hints <= k:
         return k if hints is None else hints
-    return max(k, min(hints, len(task.tests.examples) // 2))
+    return max(k, min(hints, task.most_shown or k))
 
 
 def score(candidate: Candidate, result: CheckResult, task: Task | None = None,

@@ -242,6 +242,9 @@ class Task:
     reference: str  # a full reference solution (passes every test)
     buggy: str | None = None  # repair family: the mutant whose bug the tests expose
     visible: tuple[IOExample, ...] = ()  # shown in the solver's prompt (predict: the question)
+    # the most examples a prompt may show (the hint lever): admission checked that a table of
+    # them plus a guess, and a repair task's bug, still fail (None: the visible ones)
+    most_shown: int | None = None
     limits: Limits = Limits()
     source: TaskSource = TaskSource.GENERATED
     generator_version: int = -1  # weights version of the generator; -1 for seed tasks

@@ -355,15 +355,33 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     score = killed / len(judged) if judged else (0.0 if run else None)
     if score is not None and score < config.min_mutation_score:
         return Admitted(p, family, None, "weak_examples", cpu, score)
-    buggy = None
+    buggy, bug = None, None
     if family is TaskFamily.REPAIR:
-        buggy = repair.shown_bug([(code, r) for role, code, r in run if counted(role, r)],
-                                 config.visible_examples)
+        bugs = [(code, r) for role, code, r in run if counted(role, r)]
+        buggy = repair.shown_bug(bugs, config.visible_examples)
         if buggy is None:
             return Admitted(p, family, None, "no_killed_mutant", cpu, score)
+        bug = dict(bugs)[buggy]
     task = make_task(p, family, topic, core.examples, asked, buggy, limits,
                      config.visible_examples, source, generator_version)
+    if family is not TaskFamily.PREDICT:
+        task = dataclasses.replace(task, most_shown=_most_shown(core.examples,
+                                                                config.visible_examples, bug))
     return Admitted(p, family, task, "", cpu, score)
+
+
+def _most_shown(examples: Sequence[IOExample], visible: int, bug: CheckResult | None) -> int:
+    """The most examples a prompt may show (the hint lever, control.solver_hints): up to half of
+    them, while a table of the shown ones plus a guess still fails (lookup_passes) and a hidden
+    example still catches a repair task's shown bug. Red-team pass 10: at 3 of 6 shown, the
+    seed binary_search's bug, as shown, plus a table of the three passed all six examples."""
+    most = visible
+    for shown in range(visible + 1, len(examples) // 2 + 1):
+        if lookup_passes(examples, shown) or (bug is not None
+                                              and not repair.hidden_catch(bug, shown)):
+            break
+        most = shown
+    return most
 
 
 def counted(role: str, check: CheckResult) -> bool:

@@ -63,7 +63,7 @@ class ControlConfig:
     label_floor: int = 0
     # the hint lever: codegen and repair prompts show a task's visible examples at level 0,
     # `hint_step` more per level below it (easier), as many fewer per level above it (harder);
-    # 0 turns it off (families.shown_examples never shows more than half of the examples)
+    # 0 turns it off (families.shown_examples never shows more than a task's most_shown)
     hint_step: int = 0
     max_topic_share: float = 2.0  # a topic over this many fair shares of the archive is skipped
     collapse_detection: bool = True

@@ -64,8 +64,9 @@ def fields(task: Task, hints: int | None = None) -> dict[str, str]:
 def shown_examples(task: Task, hints: int | None) -> tuple[IOExample, ...]:
     """The examples a codegen or repair prompt shows: the task's visible ones (None), fewer
     (a harder task), or more of its examples in order (an easier one: the co-evolution
-    controller's hint lever), never more than half of them, so that most of what grades a
-    candidate that copies the shown outputs stays hidden."""
+    controller's hint lever), never more than the task's `most_shown`: at most half of them,
+    where admission checked that copying the shown outputs (and a repair task's shown bug)
+    still fails the rest."""
     if hints is None:
         return task.visible
     return task.tests.examples[:scoring.shown_examples(task, hints)]

@@ -27,13 +27,17 @@ def shown_bug(bugs: Sequence[tuple[str, CheckResult]], visible: int) -> str | No
     """The program to show of the counted mutants `bugs` (program, check against the examples,
     the first `visible` of which the prompt shows), or None when no hidden example catches
     any."""
-    shown = {f"example[{i}]" for i in range(visible)}
-    caught = [(code, check) for code, check in bugs
-              if any(o.name not in shown and o.outcome is not Verdict.PASSED
-                     for o in check.outcomes)]
+    caught = [(code, check) for code, check in bugs if hidden_catch(check, visible)]
     if not caught:
         return None
+    shown = {f"example[{i}]" for i in range(visible)}
     return max(caught, key=lambda bug: _rank(bug[1], shown))[0]
+
+
+def hidden_catch(check: CheckResult, shown: int) -> bool:
+    """Whether an example past the first `shown` catches the bug `check` is of."""
+    names = {f"example[{i}]" for i in range(shown)}
+    return any(o.name not in names and o.outcome is not Verdict.PASSED for o in check.outcomes)
 
 
 def _rank(check: CheckResult, shown: set[str]) -> tuple[bool, int]:

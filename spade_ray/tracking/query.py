@@ -16,7 +16,8 @@ marked JSON hold JSON text (use json_extract); primary keys make re-recording a 
       task_id, valid (1), reason (''), family (codegen | repair | predict), topic,
       description, entry_point, signature, tests JSON {examples [{args, expected}], ...},
       reference, buggy (repair: the mutant to fix), visible JSON (examples in the prompt),
-      limits JSON, source, task_generator_version (the weights that wrote it; -1: seed)
+      limits JSON, source, task_generator_version (the weights that wrote it; -1: seed),
+      most_shown (the most examples the hint lever may show; NULL: the visible ones)
   generator_inputs  (run_id, round, input_index) -- one generator output each
       input_index, prompt, text (raw output), prompt_tokens, completion_tokens,
       finish_reason, weights_version, outcome ('admitted', or the parse or admission reason),

@@ -20,7 +20,11 @@ from spade_ray.records import CheckResult, Completion, ExecResult, Task, from_di
 
 R = TypeVar("R")
 
-SCHEMA_VERSION = 3  # 2: executions.attempts, .suspicion; 3: generator rewards, pair roles
+SCHEMA_VERSION = 4  # 2: executions.attempts, .suspicion; 3: generator rewards, pair roles;
+# 4: tasks.most_shown
+# What turns a file of the version it is keyed by into the next: a run recorded before resumes
+# with nothing lost (a task recorded without most_shown reads None: its visible examples).
+MIGRATIONS = {3: ("ALTER TABLE tasks ADD COLUMN most_shown INTEGER",)}
 
 # Every row says which run, which round, and which weights were live when it was written.
 _STAMP = """run_id TEXT NOT NULL, round INTEGER NOT NULL,
@@ -33,7 +37,7 @@ TABLES: dict[str, str] = {
         family TEXT NOT NULL, topic TEXT NOT NULL, description TEXT NOT NULL,
         entry_point TEXT NOT NULL, signature TEXT NOT NULL, tests TEXT NOT NULL,
         reference TEXT NOT NULL, buggy TEXT, visible TEXT NOT NULL, limits TEXT NOT NULL,
-        source TEXT NOT NULL,
+        source TEXT NOT NULL, most_shown INTEGER,
         task_generator_version INTEGER NOT NULL,
         PRIMARY KEY (run_id, round, task_id)""",
     "generator_inputs": """input_index INTEGER NOT NULL, prompt TEXT NOT NULL, text TEXT NOT NULL,
@@ -114,10 +118,16 @@ class TracedTask:
 
 
 def create_tables(db: sqlite3.Connection, path: Path) -> None:
-    """Create every table and index if missing; refuse a file written by another schema."""
+    """Create every table and index if missing, bring a file of an older schema up to date
+    (MIGRATIONS); refuse a file written by another schema. The caller holds a transaction."""
     db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
     db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     (found,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    while found.isdigit() and int(found) in MIGRATIONS:  # in the caller's transaction
+        for statement in MIGRATIONS[int(found)]:
+            db.execute(statement)
+        found = str(int(found) + 1)
+        db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (found,))
     if found != str(SCHEMA_VERSION):
         raise RuntimeError(f"{path} has trace schema v{found}, this code writes "
                            f"v{SCHEMA_VERSION}; use a new trace file")

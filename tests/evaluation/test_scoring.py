@@ -339,9 +339,13 @@ def test_examples_the_hint_lever_shows_give_no_partial_credit_either(sandbox):
     # hidden right) at the task's own two, and is worth nothing once the hint lever shows three.
     examples = tuple(canonical.example((x,), x * x + 1) for x in range(1, 7))
     task = dataclasses.replace(examples_task(TaskFamily.CODEGEN, visible=2), tests=TestSuite(
-        examples=examples, entry_point="clip"), visible=examples[:2])
+        examples=examples, entry_point="clip"), visible=examples[:2], most_shown=3)
     table = "def clip(x):\n    return {1: 2, 2: 5, 3: 10, 4: 17}.get(x, 0)\n"
     assert [shown_examples(task, h) for h in (None, 0, 1, 3, 100)] == [2, 0, 1, 3, 3]
+    # admission's bound (None: the visible ones) caps what the lever shows
+    for most, shown in ((None, 2), (2, 2), (4, 4)):
+        bounded = dataclasses.replace(task, most_shown=most)
+        assert shown_examples(bounded, 100) == shown
     (result,) = sandbox.check_many([table], [task.tests])
     assert result.tests_passed == 4
 

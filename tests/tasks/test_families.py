@@ -48,11 +48,11 @@ def test_codegen_prompt_shows_examples_and_ends_at_the_signature(seeds):
     assert prompt.count("### Task") == 3  # two examples of the same family + the task
 
 
-def test_hints_show_fewer_or_more_examples_but_never_more_than_half(seeds):
+def test_hints_show_fewer_or_more_examples_but_never_more_than_admission_allows(seeds):
     task = of(seeds, TaskFamily.CODEGEN, "count_vowels")
     examples = dataclasses.replace(task.tests, examples=task.tests.examples * 3)  # 3x as many
-    task = dataclasses.replace(task, tests=examples)
     half = len(examples.examples) // 2
+    task = dataclasses.replace(task, tests=examples, most_shown=half)
 
     def shown(hints):
         prompt = solver_prompt(FEWSHOT, task, seeds, 2, hints=hints).split("### Task")[-1]
@@ -64,7 +64,35 @@ def test_hints_show_fewer_or_more_examples_but_never_more_than_half(seeds):
     assert shown(half - 1) == half - 1 and shown(100) == half
     assert shown_examples(task, 4) == examples.examples[:4]  # the visible ones, then the next
     few = of(seeds, TaskFamily.CODEGEN, "reverse_string")
-    assert shown_examples(few, 100) == few.tests.examples[:len(few.tests.examples) // 2]
+    assert len(few.visible) <= few.most_shown <= len(few.tests.examples) // 2
+    assert shown_examples(few, 100) == few.tests.examples[:few.most_shown]
+
+
+def test_copying_what_the_most_hints_show_passes_no_seed_task(sandbox, seeds):
+    # A table of the examples the hint lever shows at its most, and for any other input the
+    # buggy program as shown (repair) or any output of the task (codegen). Red-team pass 10:
+    # at 3 of 6 shown, binary_search's bug plus a table of the three passed all six examples.
+    programs, owners = [], []
+    for task in seeds:
+        if task.family is TaskFamily.PREDICT:
+            continue
+        table = {repr(canonical.decode(e.args)): canonical.decode(e.expected)
+                 for e in shown_examples(task, 100)}
+        if task.family is TaskFamily.REPAIR:
+            # in a namespace of its own: a recursive bug that called the table by name would
+            # get the table's answers (factorial's base case), a real fix
+            prefix = f"_bug = {{}}\nexec({task.buggy!r}, _bug)\n"
+            defaults = [f"_bug[{task.entry_point!r}](*a)"]
+        else:
+            prefix = ""
+            defaults = sorted({repr(canonical.decode(e.expected)) for e in task.tests.examples})
+        programs += [f"{prefix}\ndef {task.entry_point}(*a):\n    if repr(a) in {table!r}:\n"
+                     f"        return {table!r}[repr(a)]\n    return {d}\n" for d in defaults]
+        owners += [task] * len(defaults)
+    results = sandbox.check_many(programs, [t.tests for t in owners])
+    assert len(programs) > 200 and sum(r.tests_passed > len(t.visible)
+                                       for r, t in zip(results, owners)) > 50
+    assert [t.entry_point for r, t in zip(results, owners) if r.passed] == []
 
 
 def test_codegen_candidate_is_signature_plus_body_and_runs_as_written(sandbox, seeds):

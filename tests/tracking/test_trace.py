@@ -189,6 +189,21 @@ def test_schema_of_another_version_is_refused(tmp_path):
         TraceStore(tmp_path / "t.db", "run")
 
 
+def test_a_file_of_the_previous_schema_is_brought_up_to_date_with_nothing_lost(tmp_path):
+    # A v3 file (before tasks.most_shown) as a run recorded it: the run resumes on it.
+    with TraceStore(tmp_path / "t.db", "run") as s:
+        s.record_task(0, f.task(0), valid=True, reason="", versions=V)
+    with sqlite3.connect(tmp_path / "t.db") as db:
+        db.execute("ALTER TABLE tasks DROP COLUMN most_shown")
+        db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    with TraceStore(tmp_path / "t.db", "run") as s:
+        s.record_task(1, dataclasses.replace(f.task(1), most_shown=3), valid=True, reason="",
+                      versions=V)
+        assert [t.task for t in s.tasks()] == [f.task(0), dataclasses.replace(f.task(1),
+                                                                             most_shown=3)]
+        assert f.task(0).most_shown is None
+
+
 # Writes rounds forever, resuming like the loop does. Ids carry the attempt (pid), so rows a
 # killed attempt left behind would show up as extra rows in a round.
 CHILD = """
