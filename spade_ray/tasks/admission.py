@@ -91,7 +91,7 @@ from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.guesses import coin_flip, guessed_answers, lookup_passes, null_solvers
 from spade_ray.tasks.making import make_task, suite_of
 from spade_ray.tasks.mutation import mutants
-from spade_ray.tasks.static import static_reason
+from spade_ray.tasks.static import signature_reason, static_reason
 
 MUTANT_ROLES = {False: "mutant", True: "mutant:fixed"}  # by Mutant.fixed
 MUTANT_SLOWDOWN = 4.0  # a mutant's budget, in times the reference's check (_mutant_limits)
@@ -155,7 +155,8 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     `held_out` (tasks/decontamination.py), then the checks of all (_checks)."""
     keys = [_job(p, p.inputs) for p in proposals]
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> its first index
-    static = {key: static_reason(proposals[i].reference) for key, i in first.items()}
+    static = {key: static_reason(proposals[i].reference) or signature_reason(proposals[i].signature)
+              for key, i in first.items()}
     running = [key for key in first if static[key] is None]
     count = config.augment_inputs if source is TaskSource.GENERATED else 0
     extras = {key: augmented_inputs(proposals[first[key]].inputs, count,

@@ -26,6 +26,11 @@ closed here (red-team passes found each of them admitted):
   register evaluate strings as code).
 Runtime backs these up: the admission driver's clocks jump at every read (tasks/driver.py), so a
 reference that reads the time some other way disagrees with itself and is nondeterministic.
+
+The entry point's def line is also the end of the solver's prompt, so what it carries is given
+away (`signature_reason`): a default may only be a short scalar (red-team pass 10 admitted
+`def score(word, weights=lambda w: ...)`, which `return weights(word)` passed), an annotation
+only a type (a string annotation is text the prompt shows).
 """
 
 from __future__ import annotations
@@ -77,6 +82,55 @@ def static_reason(reference: str) -> str | None:
     if free:
         return f"unbound:{free[0]}"
     return "forbidden:module_value" if _modules_as_values(tree) else None
+
+
+MAX_DEFAULT_CHARS = 20  # a string default longer than a word could hold a table of answers
+
+
+def signature_reason(signature: str) -> str | None:
+    """Why the entry point's def line (the end of the solver's prompt) gives something away:
+    `signature:default` (a default other than a short scalar or `()`) or
+    `signature:annotation` (an annotation other than a type), or None."""
+    node = ast.parse(signature + "\n    pass\n").body[0]
+    arguments = node.args
+    defaults = arguments.defaults + [d for d in arguments.kw_defaults if d is not None]
+    if not all(map(_scalar, defaults)):
+        return "signature:default"
+    annotations = [a.annotation for a in (arguments.posonlyargs + arguments.args
+                                          + arguments.kwonlyargs + [arguments.vararg,
+                                                                    arguments.kwarg])
+                   if a is not None and a.annotation is not None] + [node.returns]
+    if not all(_type(a) for a in annotations if a is not None):
+        return "signature:annotation"
+    return None
+
+
+def _scalar(node: ast.expr) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    if isinstance(node, ast.Tuple):
+        return not node.elts
+    return isinstance(node, ast.Constant) and (
+        not isinstance(node.value, (str, bytes)) or len(node.value) <= MAX_DEFAULT_CHARS)
+
+
+def _type(node: ast.expr) -> bool:
+    """A type expression: names, dotted names, subscripts, `|` unions, None and `...`."""
+    todo = [node]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Subscript):
+            todo += [node.value, node.slice]
+        elif isinstance(node, (ast.Tuple, ast.List)):  # Callable[[int], str], dict[str, int]
+            todo += node.elts
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            todo += [node.left, node.right]
+        elif isinstance(node, ast.Attribute):
+            todo.append(node.value)
+        elif not (isinstance(node, ast.Name) or isinstance(node, ast.Constant)
+                  and (node.value is None or node.value is Ellipsis)):
+            return False
+    return True
 
 
 def _modules_as_values(tree: ast.Module) -> bool:

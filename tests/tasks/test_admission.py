@@ -67,6 +67,8 @@ def test_a_good_program_becomes_a_task_of_every_family(sandbox, family):
     # a red-team pass had this admitted: its answers flip every 3 s (tests/tasks/test_static.py)
     ("import statistics\ndef f(n: int) -> int:\n"
      "    return 2 * n + int(statistics.sys.modules['time'].time() // 3) % 2", "forbidden:time"),
+    # red-team pass 10: the def line the solver's prompt ends with carried the answer
+    ("def f(n: int, g=lambda n: n * n + 1) -> int:\n    return g(n)", "signature:default"),
 ])
 def test_static_rules(sandbox, body, reason):
     assert verdict(sandbox, proposal(body, "f(1)\nf(2)")).reason == reason
@@ -112,11 +114,12 @@ def test_a_reference_that_depends_on_the_hash_seed_is_nondeterministic(sandbox):
     # a set of objects is ordered by their addresses
     "def f(n: int) -> int:\n    a, b = object(), object()\n"
     "    return n + (next(iter({a, b})) is a)",
-    # state kept between calls (a mutable default): an input's answer follows the calls before
-    "def f(n: int, seen: list = []) -> int:\n    seen.append(n)\n    return n + len(seen)",
+    # state kept between calls (a module's list; a mutable default is refused statically, by
+    # signature_reason): an input's answer follows the calls before
+    "SEEN = []\ndef f(n: int) -> int:\n    SEEN.append(n)\n    return n + len(SEEN)",
     # ... even when the count repeats with the same period in both passes (a fourth red-team
     # pass had this admitted: 4 inputs, answers by len(seen) % 4)
-    "def f(n: int, seen: list = []) -> int:\n    seen.append(n)\n    return n + len(seen) % 4",
+    "SEEN = []\ndef f(n: int) -> int:\n    SEEN.append(n)\n    return n + len(SEEN) % 4",
 ])
 def test_a_reference_whose_answer_follows_its_process_is_nondeterministic(sandbox, body):
     """Each of these gives the same answers in two fresh interpreters, so the old check (two

@@ -5,7 +5,7 @@ import pytest
 
 from spade_ray.evaluation import humaneval
 from spade_ray.tasks.seeds import load_seed_proposals
-from spade_ray.tasks.static import static_reason
+from spade_ray.tasks.static import signature_reason, static_reason
 
 
 @pytest.mark.parametrize("reference, reason", [
@@ -118,3 +118,30 @@ def test_ordinary_code_passes():
         len(load_seed_proposals())
     reasons = [static_reason(p.prompt + p.canonical_solution) for p in humaneval.load_problems()]
     assert sorted(r for r in reasons if r) == ["forbidden:eval", "forbidden:hashlib"]
+
+
+@pytest.mark.parametrize("signature, reason", [
+    # red-team pass 10: the def line the solver's prompt ends with carried the answer, and
+    # `return weights(word)` passed
+    ("def score(word: str, weights=lambda w: sum(map(ord, w))) -> int:", "signature:default"),
+    ("def f(n, table=(1, 1, 2, 6, 24)):", "signature:default"),
+    ("def f(n, *, table={0: 1}):", "signature:default"),
+    ("def f(n, answer=sorted):", "signature:default"),
+    ("def f(s, key='abcdefghijklmnopqrstuvwxyz'):", "signature:default"),
+    ("def f(x: 'return x * 2'):", "signature:annotation"),
+    ("def f(x) -> (lambda: 3):", "signature:annotation"),
+    ("def f(*args: print(1)):", "signature:annotation"),
+    # ordinary signatures
+    ("def f(xs: list[int], k: int = 3, sep: str = ', ') -> dict[str, list[int]] | None:", None),
+    ("def f(a=-1.5, *, b=None, c=(), **kw: int) -> typing.Optional[int]:", None),
+    ("def f(g: Callable[[int], str], x: tuple[int, ...] = ()) -> None:", None),
+])
+def test_the_signature_the_prompt_ends_with_gives_nothing_away(signature, reason):
+    assert signature_reason(signature) == reason
+
+
+def test_no_seed_signature_and_no_humaneval_one_is_refused():
+    assert [p.signature for _, p in load_seed_proposals() if signature_reason(p.signature)] == []
+    lines = [line for p in humaneval.load_problems() for line in p.prompt.splitlines()
+             if line.startswith("def ") and line.rstrip().endswith(":")]
+    assert len(lines) > 150 and [s for s in lines if signature_reason(s.rstrip())] == []
