@@ -63,7 +63,7 @@ def test_what_the_hint_lever_showed_earns_no_partial_credit(sandbox):
     task = dataclasses.replace(f.task(), task_id="double", family=TaskFamily.CODEGEN,
                                entry_point="f", reference="def f(x):\n    return x * 2\n",
                                tests=TestSuite(examples=examples, entry_point="f"),
-                               visible=examples[:2])
+                               visible=examples[:2], most_shown=3)
     table = dataclasses.replace(f.candidate("double"),
                                 code="def f(x):\n    return {0: 0, 1: 2, 2: 4, 3: 6}.get(x, -1)\n")
     checks = sandbox.check_many([table.code], [task.tests], limits=TEST_LIMITS)

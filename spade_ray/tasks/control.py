@@ -29,8 +29,8 @@ prompts, the replayed tasks, the trainer's rollback) and records them with their
   alike, the new-task pass rate jumps while validation stays flat (collusion). Two kinds in one
   round, or one kind in two rounds running, is an alarm.
 
-Non-goals: an embedding model for paraphrased tasks (none ships offline; the 5-gram Jaccard of
-diversity.py is exact where MinHash would approximate it, and cheap at a few hundred tasks).
+Non-goals: an embedding model for paraphrased tasks (none ships offline; the 5-gram shingles of
+diversity.py are exact where MinHash would approximate them, and cheap at a few hundred tasks).
 """
 
 from __future__ import annotations

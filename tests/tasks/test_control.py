@@ -117,7 +117,8 @@ def test_task_diversity_is_low_for_near_copies_and_high_for_distinct_tasks(seeds
                                   reference=codegen[0].reference.replace("return", f"return {i}+"
                                                                          if i else "return"))
               for i in range(4)]
-    assert task_diversity(codegen) > 0.7 > 0.5 > task_diversity(copies)
+    # six string tasks: 0.70 by resemblance, 0.697 since descriptions count by containment
+    assert task_diversity(codegen) > 0.6 and task_diversity(copies) < 0.5
     assert task_diversity(codegen[:1]) is None
 
 

@@ -1,5 +1,6 @@
 """Task families on the solver's side: prompts, candidate programs, grading (real sandbox)."""
 
+import ast
 import dataclasses
 import random
 import textwrap
@@ -233,3 +234,39 @@ def test_a_renamed_copy_of_a_seed_is_a_near_duplicate(seeds):
     assert match is word_counts and similarity >= 0.8
     others = [t for t in codegen if t is not word_counts]
     assert most_similar(word_counts, others)[1] < 0.5
+
+
+def disguised(task) -> str:
+    """A seed as a generator might copy it: every name it binds renamed, its last return
+    through a variable, a sentence before its description (red-team pass 10)."""
+    tree = ast.parse(task.reference)
+    bound = {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)} | {
+        n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)} | {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    for node in ast.walk(tree):
+        for field in ("arg", "name", "id"):
+            if getattr(node, field, None) in bound:
+                setattr(node, field, f"my_{getattr(node, field)}")
+    entry = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
+                 and n.name == f"my_{task.entry_point}")
+    if isinstance(entry.body[-1], ast.Return) and entry.body[-1].value is not None:
+        entry.body[-1:] = [ast.Assign([ast.Name("result", ast.Store())], entry.body[-1].value),
+                           ast.Return(ast.Name("result", ast.Load()))]
+    code = ast.unparse(ast.fix_missing_locations(tree))
+    calls = "\n".join(f"my_{task.entry_point}({', '.join(map(repr, canonical.decode(e.args)))})"
+                      for e in task.tests.examples)
+    return (f"Description: Here is a small exercise to implement. {task.description}\n"
+            f"Reference:\n{code}\nInputs:\n{calls}\n")
+
+
+def test_every_seed_disguised_is_a_near_duplicate_and_no_seed_is_one_of_another(seeds):
+    # Before, with only the entry point renamed and the descriptions' resemblance, 44 of the 45
+    # disguised seeds were taken for new tasks (similarity 0.44-0.73) and 38 admitted.
+    codegen = [t for t in seeds if t.family is TaskFamily.CODEGEN]
+    for task in codegen:
+        copy = parse_proposal(disguised(task))
+        assert copy.entry_point != task.entry_point and copy.reference != task.reference
+        match, similarity = most_similar(copy, codegen)
+        assert match is task and similarity >= 0.8, (task.entry_point, similarity)
+        others = [t for t in codegen if t is not task]
+        assert most_similar(task, others)[1] < 0.8, task.entry_point
