@@ -43,7 +43,8 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         example, so there is no bug to fix (one that fails
                                         only shown examples is fixed by special-casing them)
     held out    validation_twin:<id>    a validation problem's solution gives every expected
-                                        output: the task is that problem (decontamination.py)
+                                        output, or nearly all of those it answers: the task
+                                        is that problem (decontamination.py)
     integrity   reference_fails_examples the trusted grader does not reproduce the outputs
     infra       sandbox_error           the sandbox failed twice (the task is not judged)
 

@@ -15,7 +15,8 @@ character dropped, repeated, swapped with its neighbour or replaced, the whole r
 or case-swapped; list and tuple an element dropped, repeated, swapped or itself mutated, the
 whole reversed or sorted; dict a key dropped or a value mutated; set an element dropped. Only
 values `ast.literal_eval` reads back are kept (no empty set, no NaN), up to MAX_LITERAL_CHARS,
-and none already among the inputs. Seeded, so a proposal always gets the same inputs.
+and none already among the inputs, retyped or not (format.input_key). Seeded, so a proposal
+always gets the same inputs.
 
 A new input stays in the domain the generator's own inputs show at its argument (`_Domain`): no
 negative number where they have none, no zero where they are all positive (or all negative),
@@ -35,7 +36,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from spade_ray.tasks.format import MAX_LITERAL_CHARS
+from spade_ray.tasks.format import MAX_LITERAL_CHARS, input_key
 
 _INT_BOUND = 10**6  # an int mutation stays within this, so a doubled input cannot blow up
 _ATTEMPTS_PER_INPUT = 8  # mutations tried per input wanted (some repeat one or fail to apply)
@@ -44,10 +45,24 @@ _ATTEMPTS_PER_INPUT = 8  # mutations tried per input wanted (some repeat one or 
 def augmented_inputs(inputs: Sequence[tuple[Any, ...]], count: int, seed: int
                      ) -> list[tuple[Any, ...]]:
     """Up to `count` new argument tuples, each one of `inputs` with one argument mutated within
-    its domain; none equal to an input or to another (compared by repr, so True and 1 stay
-    apart)."""
+    its domain; none an input or another one, retyped or not (format.input_key: (3, 9) after
+    [3, 9], or 1 after True, would be a hidden example that says nothing new). Never raises:
+    inputs it cannot work on get none (_augmented)."""
+    try:
+        return _augmented(inputs, count, seed)
+    except Exception:  # whatever one proposal's inputs make it raise
+        # admit() calls this for a whole chunk of proposals unguarded, so an error here lost
+        # every proposal of the chunk, good ones too (red-team pass 10: a str and a bytes
+        # at one argument raised TypeError). The inputs are the generator's: a proposal whose
+        # inputs this cannot work on (an int whose repr Python refuses, past 4300 digits; a
+        # nesting past the recursion limit) gets no extra inputs, and is judged on its own.
+        return []
+
+
+def _augmented(inputs: Sequence[tuple[Any, ...]], count: int, seed: int
+               ) -> list[tuple[Any, ...]]:
     rng = random.Random(seed)
-    seen = {repr(args) for args in inputs}
+    seen = {input_key(args) for args in inputs}
     out: list[tuple[Any, ...]] = []
     candidates = [args for args in inputs if args]
     domains = [_Domain.of(args[k] for args in candidates if k < len(args))
@@ -61,47 +76,55 @@ def augmented_inputs(inputs: Sequence[tuple[Any, ...]], count: int, seed: int
         if value is _SKIP or not domains[position].holds(value):
             continue
         new = (*args[:position], value, *args[position + 1:])
-        text = repr(new)
-        if text not in seen and len(text) <= MAX_LITERAL_CHARS and _literal(value):
-            seen.add(text)
+        key = input_key(new)
+        if key not in seen and len(repr(new)) <= MAX_LITERAL_CHARS and _literal(value):
+            seen.add(key)
             out.append(new)
     return out
 
 
 @dataclasses.dataclass(frozen=True)
 class _Domain:
-    """What the generator's values at one argument show: their signs, whether one is empty,
-    the characters of their strings, and (pooled) the domain of the items they hold."""
+    """What the generator's values at one argument show: their signs, which types have an
+    empty one, the characters of their strings and the bytes of their bytes, and (pooled) the
+    domain of the items they hold. An argument may mix types (`size('abc')`, `size(b'hi')`):
+    what one type shows says nothing of another, and str characters and bytes (ints) pooled in
+    one alphabet made sorting it raise and a str mutation take an int (red-team pass 10)."""
 
-    signs: frozenset = frozenset()  # of the numbers: -1, 0, 1
-    empty: bool = False  # an empty string, bytes or container
-    characters: frozenset = frozenset()  # of the strings (and bytes, as ints)
+    signs: frozenset = frozenset()  # of the numbers: -1, 0, 1 (NaN shows none)
+    empty: frozenset = frozenset()  # the types of the empty strings, bytes and containers
+    characters: frozenset = frozenset()  # of the strings
+    octets: frozenset = frozenset()  # of the bytes, as ints
     items: _Domain | None = None  # of the items of lists, tuples and sets, and dict values
 
     @classmethod
     def of(cls, values: Iterable[Any]) -> _Domain:
         values = list(values)
-        numbers = [v for v in values if type(v) in (int, float)]
-        sized = [v for v in values if type(v) in (str, bytes, list, tuple, set, dict)]
+        numbers = [v for v in values if type(v) in (int, float) and v == v]
         held = [x for v in values if type(v) in (list, tuple, set) for x in v] + \
             [x for v in values if type(v) is dict for x in v.values()]
-        return cls(signs=frozenset(_sign(v) for v in numbers), empty=any(not v for v in sized),
-                   characters=frozenset(c for v in values if type(v) in (str, bytes)
-                                        for c in v),
+        return cls(signs=frozenset(_sign(v) for v in numbers),
+                   empty=frozenset(type(v) for v in values if type(v) in _SIZED and not v),
+                   characters=frozenset(c for v in values if type(v) is str for c in v),
+                   octets=frozenset(c for v in values if type(v) is bytes for c in v),
                    items=cls.of(held) if held else None)
 
     def holds(self, value: Any) -> bool:
         if type(value) in (int, float):  # zero lies between a negative and a positive one
             return _sign(value) in self.signs or value == 0 and {-1, 1} <= self.signs
-        if type(value) in (str, bytes, list, tuple, set, dict) and not value \
-                and not self.empty:
+        if type(value) in _SIZED and not value and type(value) not in self.empty:
             return False
-        if type(value) in (str, bytes):
+        if type(value) is str:
             return set(value) <= self.characters
+        if type(value) is bytes:
+            return set(value) <= self.octets
         if type(value) in (list, tuple, set, dict):
             items = value.values() if type(value) is dict else value
             return self.items is None or all(self.items.holds(x) for x in items)
         return True
+
+
+_SIZED = (str, bytes, list, tuple, set, dict)
 
 
 def _sign(number: float) -> int:
@@ -135,8 +158,9 @@ def _float(value: float, rng: random.Random, domain: _Domain) -> float | _Skip:
 
 
 def _text(value: str | bytes, rng: random.Random, domain: _Domain) -> str | bytes | _Skip:
-    """A character of the domain's strings replaces one, or fills an empty one."""
-    alphabet = sorted(domain.characters)
+    """A character of the domain's strings (a byte of its bytes) replaces one, or fills an
+    empty one."""
+    alphabet = sorted(domain.octets if isinstance(value, bytes) else domain.characters)
     if not alphabet:
         return _SKIP
     one = (bytes([rng.choice(alphabet)]) if isinstance(value, bytes)

@@ -8,15 +8,18 @@ figure it lifts says nothing. The copies that matter are semantic (the shipped s
 is by execution: TWINS (trusted text, run in the sandbox like any candidate, since the inputs are
 the generator's) calls every validation problem whose function accepts the task's arguments on
 them, each call under a CALL_S timer, and prints the first problem whose results have the reprs
-of the task's expected outputs.
+of the task's expected outputs: of all of them, or of nearly all those it answers (TWIN_FRACTION,
+MIN_AGREEING), so that special-casing an input or two does not hide a copy.
 
 The whole benchmark is held out (app.py), not only the problems a run validates on: a
 checkpoint is judged on all of HumanEval later, and a twin of a problem outside the run's subset
 would have trained on it just the same (0.35 s of sandbox time for 8 tasks against all 164
 problems, measured here, against 0.02 s for 8 problems).
 
-What it does not catch: a twin whose examples all make the validation solution slower than
-CALL_S, and a task that computes a validation problem only on inputs the task does not show.
+What it does not catch: a twin with an example on which the validation solution is slower than
+CALL_S (fib(50) and HumanEval/55's recursive fib), a task that computes a validation problem
+only on inputs the task does not show, and one that special-cases more than a fifth of the
+examples the problem answers (or shows fewer than MIN_AGREEING and special-cases one).
 """
 
 from __future__ import annotations
@@ -40,6 +43,26 @@ class HeldOut:
 
 
 CALL_S = 0.05  # one validation solution on one input; a slower one is no twin
+# A twin: the validation solution gives every one of the task's expected outputs, or nearly
+# all of those of the examples it answers (returns a value on). Every one was evaded by
+# one special case: HumanEval/13's gcd plus `if a == 0 and b == 0: return -1` and the input
+# (0, 0) agreed on 12 of 13 examples (augment_inputs=8) and was admitted (red-team pass
+# 10). An example on which it raises counts for neither side, or inputs outside the problem's
+# domain would hide a copy: the shipped seed count_vowels agrees with HumanEval/64 on the 4 of
+# its 5 examples /64 answers ("" raises IndexError there), too few to tell (MIN_AGREEING);
+# augmented, on 12 of 12. One slower than CALL_S still ends the problem: the augmented seed
+# pool's twin run (39 tasks, 514 examples) takes 4.5 s here where the every-example rule took
+# 2.6 s, and waiting on each slow example as on a raise made it 7.0 s.
+# "Nearly all" is bounded on three sides, measured on the seed pool against all 164 problems
+# (tests/tasks/test_decontamination.py; as shipped, and augmented as generated tasks are):
+TWIN_FRACTION = 0.8  # of the answered examples agree: all but 2 of 13 (a special case
+# usually reaches an augmented input or two of the input it was written for)
+MIN_AGREEING = 6  # agreeing examples at least: the shipped seeds' closest non-twins agree on
+# 5 of 6 (insertion_sort with HumanEval/34's sorted(set(l)), max_index with /73); no seed
+# has more than 7 examples, so none is a twin but by agreeing on all, as before
+MIN_DISTINCT = 4  # different outputs among them at least: a bool or a small count agrees by
+# chance (augmented seeds: is_power_of_two with /138 on 12 of 14 in two values, is_balanced
+# with /56 on 13 of 15 in two, max_index with /73 on 11 of 14 in three)
 TWINS = r'''
 import ast, inspect, json, os, signal, sys
 job = json.loads(sys.stdin.read())
@@ -85,17 +108,29 @@ for problem_id, source, entry in job["problems"]:
                 signature.bind(*args)
         except TypeError:
             continue
-        for args, expected in cases:
+        agreed, answered, outputs = 0, 0, set()
+        for i, (args, expected) in enumerate(cases):
             try:
-                if repr(guarded(fn, *args)) != expected:
-                    break
+                result = repr(guarded(fn, *args))
+            except Late:
+                break  # slower than CALL_S: no twin, as before (waiting on more cost 2x)
             except BaseException:
-                break
+                result = None  # not answered: no evidence either way
+            answered += result is not None
+            if result == expected:
+                agreed += 1
+                outputs.add(expected)
+            if answered - agreed > (1 - TWIN_FRACTION) * len(cases) + 1e-9 or \
+                    agreed + len(cases) - i - 1 < min(MIN_AGREEING, len(cases)):
+                break  # no twin whatever the rest give
         else:
-            found[str(t)] = problem_id
+            if agreed == len(cases) or (agreed >= MIN_AGREEING and len(outputs) >= MIN_DISTINCT
+                                        and agreed >= TWIN_FRACTION * answered - 1e-9):
+                found[str(t)] = problem_id
 out.write(json.dumps(found))
 out.flush()
-'''.replace("CALL_S", repr(CALL_S))
+'''.replace("CALL_S", repr(CALL_S)).replace("TWIN_FRACTION", repr(TWIN_FRACTION)) \
+    .replace("MIN_AGREEING", repr(MIN_AGREEING)).replace("MIN_DISTINCT", repr(MIN_DISTINCT))
 
 
 def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
@@ -108,8 +143,9 @@ def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
 def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], executor,
           limits: Limits) -> list[str | None]:
     """Per task (its examples), the id of a validation problem whose solution returns every one
-    of its expected outputs (repr for repr: `True` is not `1`), or None. One sandbox run for
-    all of them; a run that fails finds no twin (no task is rejected for the sandbox's sake)."""
+    of its expected outputs (repr for repr: `True` is not `1`), or nearly every one of those it
+    answers (TWIN_FRACTION, MIN_AGREEING), or None. One sandbox run for all of them; a run that
+    fails finds no twin (no task is rejected for the sandbox's sake)."""
     if not tasks or not held_out:
         return [None] * len(tasks)
     job = {"problems": [[h.problem_id, h.source, h.entry_point] for h in held_out],

@@ -19,7 +19,8 @@ literals: numbers, strings, bytes, None, booleans, lists, tuples, dicts, sets), 
 named by the function's parameters (bound to their positions); a call may run over several
 lines, as Python allows. The Inputs section ends at the first line that is not such a call, so
 a model that rambles on after its last input still wrote a task; a call with the wrong number of
-arguments is skipped, and section headers match in any case; a Reference or Inputs section
+arguments is skipped, and so is one that repeats an earlier input, retyped or not (input_key);
+section headers match in any case; a Reference or Inputs section
 whose header line is missing is read where the model wrote it (`_unlabelled`). Two repairs: the
 import of a standard-library name the reference uses and never binds (`Counter`, `lru_cache`)
 is added (tasks/imports.py), and calls of a name a one-function reference does not define call that
@@ -34,6 +35,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+from collections.abc import Hashable
 from typing import Any
 
 from spade_ray.tasks.imports import with_missing_imports
@@ -68,7 +70,8 @@ class Proposal:
     reference: str  # the program; defines `entry_point` at top level
     entry_point: str
     signature: str  # the entry point's def line, e.g. "def add(a: int, b: int) -> int:"
-    inputs: tuple[tuple[Any, ...], ...]  # argument tuples, distinct, in the order written
+    inputs: tuple[tuple[Any, ...], ...]  # argument tuples in the order written, distinct
+    # (by input_key: the same input retyped is one)
     calls: tuple[str, ...]  # the input lines as written (inputs[i] is calls[i] evaluated;
     # a call of another name than entry_point is written as call_text does)
 
@@ -216,14 +219,16 @@ def _unlabelled(sections: dict[str, str]) -> dict[str, str]:
 
 def _inputs(section: str, functions: dict[str, ast.FunctionDef]
             ) -> tuple[str, tuple[str, ...], tuple[tuple[Any, ...], ...]]:
-    """The entry point and the distinct calls of it, up to the first line that is not a call;
-    a call with a number of arguments the function does not take is skipped, and so is a call
-    of the function whose arguments are not literals (`f(xs)`, a broken string): a small model
-    often writes one such line before good ones. Calls of a name the reference does not define
-    are calls of its function when it defines only one (a small model often shortens or changes
-    the name it just wrote: `max_of` for `max_of_duplicates`); the calls kept then name that
-    function (written as call_text does), by either name."""
+    """The entry point and the calls of it distinct by input_key (the same input retyped is
+    one), up to the first line that is not a call; a call with a number of arguments the
+    function does not take is skipped, and so is a call of the function whose arguments are
+    not literals (`f(xs)`, a broken string): a small model often writes one such line before
+    good ones. Calls of a name the reference does not define are calls of its function when it
+    defines only one (a small model often shortens or changes the name it just wrote: `max_of`
+    for `max_of_duplicates`); the calls kept then name that function (written as call_text
+    does), by either name."""
     entry_point, called, calls, inputs, wrong_arity, unreadable = None, None, [], [], 0, 0
+    seen: set = set()  # input_key of each input kept
     lines, i = [line.strip() for line in section.splitlines()], 0
     while i < len(lines):
         line, parsed, i = _next_call(lines, i)
@@ -244,7 +249,8 @@ def _inputs(section: str, functions: dict[str, ast.FunctionDef]
         args = _bind(function, args, named)
         if args is None or not _arity_fits(function, args):
             wrong_arity += 1
-        elif args not in inputs:
+        elif input_key(args) not in seen:
+            seen.add(input_key(args))
             calls.append(line if name == entry_point else call_text(entry_point, args))
             inputs.append(args)
         if len(inputs) == MAX_INPUTS:
@@ -258,6 +264,26 @@ def _inputs(section: str, functions: dict[str, ast.FunctionDef]
                                       f"({wrong_arity} with the wrong number of arguments); "
                                       f"need {MIN_INPUTS}")
     return entry_point, tuple(calls), tuple(inputs)
+
+
+def input_key(value: Any) -> Hashable:
+    """What an input says, whatever the types it is written in: a list and a tuple of the same
+    items, a bytes and the str of the same characters, and (as Python compares them) 1, 1.0
+    and True have one key. An input another one retyped is a different call of a program, but
+    not a different example of its task: with `spread([3, 9, 4])` shown and `spread((3, 9,
+    4))` hidden, a table of the shown examples keyed by `tuple(xs)` passed every example of an
+    admitted task (red-team pass 10). Sets and dicts keep keys of their own: their
+    content is not a sequence's (no order, no repeats)."""
+    kind = type(value)
+    if kind in (list, tuple):
+        return ("seq", tuple(input_key(x) for x in value))
+    if kind is bytes:
+        return value.decode("latin-1")  # one character per byte, as b'ab' reads 'ab'
+    if kind is set:
+        return ("set", frozenset(input_key(x) for x in value))
+    if kind is dict:
+        return ("dict", frozenset((input_key(k), input_key(v)) for k, v in value.items()))
+    return value
 
 
 _Call = tuple[str, tuple[Any, ...], dict[str, Any]]

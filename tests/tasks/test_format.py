@@ -2,7 +2,13 @@
 
 import pytest
 
-from spade_ray.tasks.format import TaskFormatError, inputs_frame, parse_proposal, render_proposal
+from spade_ray.tasks.format import (
+    TaskFormatError,
+    input_key,
+    inputs_frame,
+    parse_proposal,
+    render_proposal,
+)
 
 GOOD = """Description: Double a number.
 Reference:
@@ -192,3 +198,23 @@ def test_a_missing_header_is_never_made_of_prose_or_of_code_inside_the_function(
     assert inputs_frame(GOOD.replace("Reference:\n", "").split("Inputs:")[0]) == \
         "Description: Double a number.\nReference:\ndef double(x: int) -> int:\n" \
         "    return 2 * x\nInputs:\ndouble("
+
+
+def test_an_input_that_is_another_retyped_is_not_kept_again():
+    """spread([3, 9, 4]) then spread((3, 9, 4)): the hidden example is the shown one retyped,
+    and a table of the shown examples keyed by tuple(xs) passed every example (red-team
+    pass 10). 1, True and 1.0 were already one input (==); now sequences and bytes are too."""
+    calls = ("double([3, 9, 4])\ndouble((3, 9, 4))\ndouble('ab')\ndouble(b'ab')\ndouble(1)\n"
+             "double(True)\ndouble(1.0)\ndouble([(1, 2)])\ndouble(([1, 2],))\ndouble({1: [2]})\n"
+             "double({1: (2,)})\ndouble((4, 9, 3))")
+    p = parse_proposal(GOOD.replace("double(2)\ndouble(-1)\ndouble(2)", calls))
+    assert p.inputs == (([3, 9, 4],), ("ab",), (1,), ([(1, 2)],), ({1: [2]},), ((4, 9, 3),))
+    assert p.calls == ("double([3, 9, 4])", "double('ab')", "double(1)", "double([(1, 2)])",
+                       "double({1: [2]})", "double((4, 9, 3))")
+
+
+@pytest.mark.parametrize("a, b", [([1, 2], [2, 1]), ("ab", ["a", "b"]), ({1, 2}, [1, 2]),
+                                  ({1: 2}, [(1, 2)]), (None, 0), (0, ""), ("", b"\x00"),
+                                  ({1: 2}, {2: 1}), ((1,), 1)])
+def test_inputs_of_different_content_keep_different_keys(a, b):
+    assert input_key((a,)) != input_key((b,))
