@@ -48,11 +48,13 @@ CALL_S = 0.05  # one validation solution on one input; a slower one is no twin
 # one special case: HumanEval/13's gcd plus `if a == 0 and b == 0: return -1` and the input
 # (0, 0) agreed on 12 of 13 examples (augment_inputs=8) and was admitted (red-team pass
 # 10). An example on which it raises counts for neither side, or inputs outside the problem's
-# domain would hide a copy: the shipped seed count_vowels agrees with HumanEval/64 on the 4 of
-# its 5 examples /64 answers ("" raises IndexError there), too few to tell (MIN_AGREEING);
-# augmented, on 12 of 12. One slower than CALL_S still ends the problem: the augmented seed
-# pool's twin run (39 tasks, 514 examples) takes 4.5 s here where the every-example rule took
-# 2.6 s, and waiting on each slow example as on a raise made it 7.0 s.
+# domain would hide a copy: the seed count_vowels agreed with HumanEval/64 on the 4 of its 5
+# examples /64 answers ("" raises IndexError there), too few to tell (MIN_AGREEING), and
+# augmented on 12 of 12 (it is distinct_vowels now, and the seed fibonacci, /55 on every
+# input but fib(50), which /55 computes too slowly, is lucas). One slower than CALL_S still
+# ends the problem: the augmented seed pool's twin run (39 tasks, 514 examples) takes 4.5 s
+# here where the every-example rule took 2.6 s, and waiting on each slow example as on a raise
+# made it 7.0 s.
 # "Nearly all" is bounded on three sides, measured on the seed pool against all 164 problems
 # (tests/tasks/test_decontamination.py; as shipped, and augmented as generated tasks are):
 TWIN_FRACTION = 0.8  # of the answered examples agree: all but 2 of 13 (a special case

@@ -95,7 +95,9 @@ def test_a_validation_solution_that_hangs_or_breaks_is_no_twin(sandbox):
 
 def test_the_seed_pool_has_no_twin_in_humaneval(sandbox):
     # Five seeds had one (max_of, is_prime, gcd, prime_factors, and insertion_sort on inputs
-    # where sorting by digit sum sorts too): the seeds of every run trained on validation.
+    # where sorting by digit sum sorts too): the seeds of every run trained on validation. Two
+    # more hid behind one input (red-team pass 10): count_vowels (HumanEval/64 raises on "")
+    # and fibonacci (/55 is too slow on fib(50)).
     seeds = load_seed_proposals()
     verdicts = admit([p for _, p in seeds], [TaskFamily.CODEGEN] * len(seeds),
                      [t for t, _ in seeds], sandbox, LIMITS, source=TaskSource.SEED)

@@ -41,7 +41,7 @@ def test_the_seed_pool_is_big_varied_and_every_seed_is_admitted(sandbox, seeds):
 
 
 def test_codegen_prompt_shows_examples_and_ends_at_the_signature(seeds):
-    task = of(seeds, TaskFamily.CODEGEN, "count_vowels")
+    task = of(seeds, TaskFamily.CODEGEN, "distinct_vowels")
     prompt = solver_prompt(FEWSHOT, task, seeds, 2)
     assert prompt.rstrip().endswith(task.signature)
     assert f"Examples:\n{shown_call(task, 0)} == " in prompt.split("### Task")[-1]
@@ -50,7 +50,7 @@ def test_codegen_prompt_shows_examples_and_ends_at_the_signature(seeds):
 
 
 def test_hints_show_fewer_or_more_examples_but_never_more_than_admission_allows(seeds):
-    task = of(seeds, TaskFamily.CODEGEN, "count_vowels")
+    task = of(seeds, TaskFamily.CODEGEN, "distinct_vowels")
     examples = dataclasses.replace(task.tests, examples=task.tests.examples * 3)  # 3x as many
     half = len(examples.examples) // 2
     task = dataclasses.replace(task, tests=examples, most_shown=half)
@@ -108,8 +108,8 @@ def test_codegen_candidate_is_signature_plus_body_and_runs_as_written(sandbox, s
 
 
 def test_a_codegen_candidate_runs_with_the_imports_it_could_not_write(sandbox, seeds):
-    task = of(seeds, TaskFamily.CODEGEN, "count_vowels")
-    code = candidate_program(task, "    return sum(Counter(s.lower())[v] for v in 'aeiou')\n",
+    task = of(seeds, TaskFamily.CODEGEN, "distinct_vowels")
+    code = candidate_program(task, "    return sum(Counter(s.lower())[v] > 0 for v in 'aeiou')\n",
                              chat=False)
     assert "import" not in code  # the text trained on is the model's own
     assert executable(task, code).startswith("from collections import Counter\n")
