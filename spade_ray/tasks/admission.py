@@ -51,8 +51,9 @@ Every rejection has a short, countable reason (the round's metrics count them):
 How outputs become expected values: a driver program (trusted text, run in the sandbox like any
 candidate) runs the reference on every input in three fresh interpreters, each with a random
 string-hash seed and address layout of its own (`-I` ignores PYTHONHASHSEED, so an optimised
-generator has no fixed seeds to fit), twice in each, the second time in reverse order
-(tasks/driver.py), and prints each result's
+generator has no fixed seeds to fit), twice in each: the inputs in order, then each alone in
+a child forked before the reference ran, on a shifted heap (tasks/driver.py), and prints each
+result's
 repr; the host turns the reprs back into values with ast.literal_eval and encodes them as
 canonical data. With `augment_inputs`, a generated proposal's inputs are joined by that many
 mutations of them (tasks/augment.py), run by a second driver job: the reference computes their

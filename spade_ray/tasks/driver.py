@@ -1,8 +1,9 @@
 """The driver: the trusted program admission runs in the sandbox to learn a reference's answers.
 
-It runs the reference on every input in INTERPRETERS fresh interpreters and reads back, per
-input, the repr of the result or the name of the exception; `answers` turns its output into
-those results or a rejection reason (admission.py names them).
+It runs the reference on every input in INTERPRETERS fresh interpreters, in order in one
+program and each input alone in a fresh one, and reads back, per input, the repr of the result
+or the name of the exception; `answers` turns its output into those results or a rejection
+reason (admission.py names them).
 """
 
 from __future__ import annotations
@@ -14,20 +15,48 @@ from collections.abc import Sequence
 from spade_ray.records import ExecResult, ExecStatus, Limits
 
 # Runs in the sandbox: the reference on every input, in INTERPRETERS fresh interpreters (each
-# with its own random hash seed and address layout), twice in each (the second time on a heap
-# moved by live ballast), one JSON line out. Each interpreter prints [["ok", repr] | ["raise",
-# type name], ...], or "nondeterministic" when its two passes disagree. Why so many: what a
-# program can read of its own process (the order of a set of strings, an object's address in
-# f"{object()}") may agree between two interpreters by chance (1 in 2 for one bit), and such a
-# task is graded by luck, a pass rate the generator's reward would pay for. A third interpreter
-# halves that chance again, and the second pass catches the bits that follow the heap (the
-# low bits of an address) rather than the layout. The second pass calls the inputs in reverse
-# order, so an answer that follows the calls before it (a mutable default counting them) moves,
-# and each interpreter's environment holds a random value of its own, so one read from the
-# environment differs. The first pass also records which line of the entry function returned
-# each answer (a trace of that function's frames only), so that a predict question can be
-# judged among the answers of the same `return` (guesses.coin_flip). Cost: ~40 ms of CPU
-# per interpreter.
+# with its own random hash seed and address layout), twice in each, one JSON line out. Each
+# interpreter prints [["ok", repr] | ["raise", type name], ...], or "nondeterministic" when its
+# two passes disagree. Why so many: what a program can read of its own process (the order of a
+# set of strings, an object's address in f"{object()}") may agree between two interpreters by
+# chance (1 in 2 for one bit), and such a task is graded by luck, a pass rate the generator's
+# reward would pay for. A third interpreter halves that chance again.
+#
+# The first pass runs the module, then the inputs in order, as the grader's check of the
+# reference does; it also records which line of the entry function returned each answer (a
+# trace of that function's frames only), so that a predict question can be judged among the
+# answers of the same `return` (guesses.coin_flip). The second pass answers each input alone,
+# in a child forked before the reference ran in this process, that runs the module anew: what
+# a fresh program returns for that input, which is what a correct solver returns. An answer
+# that follows the calls before it differs from it. The old second pass (the inputs in reverse
+# order, in the same namespace) ran after a first-writer-wins memo had filled, and agreed:
+# `_memo.setdefault(n % 100, n * n + 1)` was admitted with 107 -> 50, 7's entry (red-team
+# pass 10). A fork, not just a fresh namespace, so that state kept on an allowed module
+# (`string.memo = {}`, which the static rules allow) is fresh too. Honest memoisation (an
+# lru_cache, a memo keyed by the whole input) changes no answer and agrees.
+#
+# The heap is shifted before the module runs, before each call of the first pass and before
+# each child is forked: a random count of blocks in each of pymalloc's 32 size classes (16 to
+# 512 bytes, up to a 16 KiB pool's worth), of which a random half is freed again (holes the
+# next objects of the class fill, as in a long-lived process), and a malloc block of a random
+# size. Without it the module ran at the same heap state in every interpreter: an object it
+# made (`_UNIT = object()`, a module-level lambda, the entry function) had the same low address
+# bits in all of them (4 of 4 driver jobs agreed) while the jail's candidates, forked from a
+# long-lived server, saw them vary, and `repr(_UNIT)[-3] in '13579bdf'` became a repair task
+# whose correct fix passed half its checks (red-team pass 10). Measured since, 100 driver
+# jobs each: that reference, a module-level lambda's bit 8 and the entry function's bit 8 are
+# nondeterministic in 100 of 100 (0 of 30 before). Without the holes, the order of a set of two
+# objects made per call was a 7:1 coin (consecutive blocks) and got through 4 of 100 jobs.
+#
+# Cost, the 45 seed proposals 4 times over (180 jobs, each paired with the old driver on the
+# same worker, twice): +14 ms of sandbox CPU per job, +12% (112 -> 126 and 129 -> 144 ms on a
+# shared 2-core machine), ~0.9 ms per input per interpreter, most of it the child: a page it
+# writes costs it a copy (~4 us here), and it writes ~180. A reference whose module does heavy
+# work runs it 1 + len(inputs) times per interpreter, and is slow sooner (slow_s); the module
+# code of the seeds is a few definitions.
+#
+# Each interpreter's environment holds a random value of its own, so one read from the
+# environment differs.
 INTERPRETERS = 3
 PASSES = 2  # over the inputs, in each interpreter
 #
@@ -37,7 +66,7 @@ PASSES = 2  # over the inputs, in each interpreter
 # would agree with itself for the second admission takes (`int(time.time() // 3) % 2`); with
 # jumping clocks it disagrees between passes and interpreters, and is nondeterministic.
 RUNNER = r'''
-import ast, json, os, sys, time
+import ast, itertools, json, os, sys, time
 job = json.loads(sys.stdin.read())
 out = os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_WRONLY)
@@ -56,17 +85,38 @@ for name in ("localtime", "gmtime", "ctime"):
     setattr(time, name, lambda *args, at=getattr(time, name): at(*(args or (time.time(),))))
 time.asctime = lambda *args, at=time.asctime: at(*(args or (time.localtime(),)))
 time.strftime = lambda form, *args, at=time.strftime: at(form, *(args or (time.localtime(),)))
-namespace = {"__name__": "reference"}
-exec(compile(job["source"], "<reference>", "exec"), namespace)
+source = compile(job["source"], "<reference>", "exec")
+held = []  # the shift's blocks stay live: freed, they would be reused and the shift undone
 
 
-entry = namespace[job["entry"]]
-code = getattr(entry, "__code__", None)
+def shift_heap(span):
+    draws = os.urandom(66)
+    for size_class in range(1, 33):  # blocks of 16 * size_class bytes
+        count = int.from_bytes(draws[2 * size_class - 2:2 * size_class], "big")
+        count %= span // size_class
+        if size_class == 1:
+            blocks = list(map(object.__new__, itertools.repeat(object, count)))
+        elif size_class == 2:
+            blocks = list(range(1 << 40, (1 << 40) + count))  # ints of 32 bytes
+        else:
+            blocks = list(map(bytes, itertools.repeat(16 * size_class - 33, count)))
+        # about half stay; the others are freed, holes that the next blocks of the class fill
+        held.append(list(itertools.compress(blocks, map((1).__and__, os.urandom(count)))))
+    held.append(bytes(16 * int.from_bytes(draws[64:], "big") % 131072))
+
+
+def reference():
+    namespace = {"__name__": "reference"}
+    exec(source, namespace)
+    return namespace[job["entry"]]
+
+
 line = [0]
+code = [None]
 
 
 def calls_of_entry(frame, event, arg):
-    if frame.f_code is not code:
+    if frame.f_code is not code[0]:
         return None
     frame.f_trace_lines = False
     return its_return
@@ -78,26 +128,52 @@ def its_return(frame, event, arg):
     return its_return
 
 
-def answers(calls, traced):
-    results = []
-    for args in calls:
-        line[0] = 0
-        sys.settrace(calls_of_entry if traced else None)
-        try:
-            value = entry(*ast.literal_eval(args))
-            sys.settrace(None)
-            results.append(["ok", repr(value)])
-        except BaseException as e:
-            sys.settrace(None)
-            results.append(["raise", type(e).__name__])
-        if traced:
-            results[-1].append(line[0])
-    return results
+def answer(call, traced):
+    line[0] = 0
+    sys.settrace(calls_of_entry if traced else None)
+    try:
+        value = call()
+        sys.settrace(None)
+        result = ["ok", repr(value)]
+    except BaseException as e:
+        sys.settrace(None)
+        result = ["raise", type(e).__name__]
+    return result + [line[0]] if traced else result
 
 
-first = answers(job["calls"], True)
-ballast = [object() for _ in range(100000)]  # 1.6 MB: a new arena, the heap moves
-again = answers(job["calls"][::-1], False)[::-1]
+def alone(text):
+    # the shift and the parse here, not in the child: each page a child writes costs it a copy
+    shift_heap(1024)
+    try:
+        args = ast.literal_eval(text)
+    except BaseException as e:
+        return ["raise", type(e).__name__]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:  # whatever happens, the child never goes on as the parent
+            data = memoryview(json.dumps(answer(lambda: reference()(*args), False)).encode())
+            while data:
+                data = data[os.write(write, data):]
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        text = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(text) if text else ["lost"]
+
+
+def in_order(text):
+    shift_heap(256)  # so that objects made per call move between the calls
+    return answer(lambda: entry(*ast.literal_eval(text)), True)
+
+
+again = [alone(text) for text in job["calls"]]  # before the reference runs in this process
+shift_heap(1024)
+entry = reference()
+code[0] = getattr(entry, "__code__", None)
+first = [in_order(text) for text in job["calls"]]
 same = [result[:2] for result in first] == again
 out.write(json.dumps(first if same else "nondeterministic"))
 out.flush()

@@ -43,8 +43,8 @@ def test_a_twin_agrees_as_data_on_every_example(sandbox):
 
 def test_a_twin_with_one_special_cased_input_is_still_a_twin(sandbox):
     """HumanEval/13's gcd plus `if a == 0 and b == 0: return -1` and the input (0, 0): its 12
-    other examples (augmented, as in the gemma configs) agree, and it was admitted (red team
-    s22, item 5)."""
+    other examples (augmented, as in the gemma configs) agree, and it was admitted (red-team
+    pass 10)."""
     special = proposal("def common_divisor(a: int, b: int) -> int:\n"
                        "    if a == 0 and b == 0:\n        return -1\n"
                        "    while b:\n        a, b = b, a % b\n    return a\n",

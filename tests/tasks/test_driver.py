@@ -1,0 +1,74 @@
+"""The admission driver: a reference's answers are what a fresh program returns (real sandbox)."""
+
+import pytest
+
+from spade_ray.tasks.admission import AdmissionConfig
+from spade_ray.tasks.driver import DRIVER, answers, driver_limits, job
+from tests.tasks.conftest import LIMITS
+
+MAX_CPU_S = AdmissionConfig().max_reference_cpu_s
+
+
+def driven(sandbox, reference: str, entry: str, inputs: list[tuple]) -> list | str:
+    """[kind, repr] per input from one driver job, or its rejection reason."""
+    run = sandbox.run(DRIVER, job(reference, entry, inputs),
+                      limits=driver_limits(LIMITS, MAX_CPU_S))
+    result = answers(run, len(inputs), MAX_CPU_S)
+    return result if isinstance(result, str) else [r[:2] for r in result]
+
+
+@pytest.mark.parametrize("reference, entry, inputs", [
+    # red-team pass 10: 107 answered from the entry 7 left in the memo, 50 where a
+    # fresh program says 11450; both passes of one namespace agree, the memo being full by then
+    ("_memo = {}\n\ndef square_plus_one(n: int) -> int:\n"
+     "    return _memo.setdefault(n % 100, n * n + 1)\n",
+     "square_plus_one", [(7,), (11,), (4,), (107,)]),
+    # the same state kept on an allowed module rather than in the reference's own namespace,
+    # which a fresh namespace alone would not reset (the static rules allow the assignment)
+    ("import string\n\ndef triple(n: int) -> int:\n    try:\n        memo = string.memo\n"
+     "    except AttributeError:\n        memo = string.memo = {}\n"
+     "    return memo.setdefault(n % 10, n * 3)\n",
+     "triple", [(3,), (5,), (7,), (14,), (13,)]),
+], ids=["module_memo", "memo_on_an_allowed_module"])
+def test_an_answer_left_by_earlier_inputs_is_nondeterministic(sandbox, reference, entry,
+                                                              inputs):
+    """An answer is what a fresh program returns for that input alone; a reference whose
+    answer follows the inputs before it gives the grader expected outputs a correct solver
+    fails."""
+    assert driven(sandbox, reference, entry, inputs) == "nondeterministic"
+
+
+@pytest.mark.parametrize("anchor, bit", [
+    # red-team pass 10, admitted as codegen and repair: bit 4 of an object()
+    ("_UNIT = object()", "repr(_UNIT)[-3] in '13579bdf'"),
+    # a function: another allocator size class, tracked by the GC; bit 8, as its blocks (160
+    # bytes) all share bit 4 within a pool
+    ("_UNIT = lambda: 0", "repr(_UNIT)[-4] in '13579bdf'"),
+], ids=["object", "lambda"])
+def test_an_answer_that_reads_the_address_of_an_object_made_at_import_is_nondeterministic(
+        sandbox, anchor, bit):
+    """One address bit of an object the module makes when it runs: the same in every fresh
+    interpreter that runs the module at the same heap state (4 of 4 driver jobs agreed in the
+    red team's run), a coin flip in the jail, whose candidates are forked from a long-lived
+    server. The driver must see it move."""
+    reference = f"{anchor}\n\ndef f(n: int) -> int:\n    return 2 * n + ({bit})\n"
+    assert driven(sandbox, reference, "f", [(3,), (5,), (8,), (13,), (21,)]) == \
+        "nondeterministic"
+
+
+@pytest.mark.parametrize("reference, entry", [
+    ("import functools\n\n@functools.lru_cache(maxsize=None)\ndef fib(n: int) -> int:\n"
+     "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n", "fib"),
+    # a memo that never changes an answer: keyed by the whole input
+    ("_memo = {}\n\ndef fib(n: int) -> int:\n    if n not in _memo:\n"
+     "        _memo[n] = n if n < 2 else fib(n - 1) + fib(n - 2)\n    return _memo[n]\n", "fib"),
+    # a constant table built when the module runs
+    ("def _table(size: int) -> list:\n    out = [0, 1]\n    while len(out) < size:\n"
+     "        out.append(out[-1] + out[-2])\n    return out\n\n_FIB = _table(41)\n\n"
+     "def fib(n: int) -> int:\n    return _FIB[n]\n", "fib"),
+], ids=["lru_cache", "memo_dict", "module_table"])
+def test_honest_memoisation_and_module_tables_are_deterministic(sandbox, reference, entry):
+    """Module state that never changes an answer is no reason to reject a reference."""
+    inputs = [(30,), (10,), (1,), (20,), (10,)]
+    assert driven(sandbox, reference, entry, inputs) == \
+        [["ok", "832040"], ["ok", "55"], ["ok", "1"], ["ok", "6765"], ["ok", "55"]]
