@@ -208,9 +208,9 @@ class Solving:
                                 task_id=task.task_id,
                                 code=candidate_program(task, c.text, self.chat),
                                 solver_version=c.weights_version, prompt_tokens=c.prompt_tokens,
-                                completion_tokens=c.completion_tokens)
-                      for task, group in zip(tasks, sample.completions)
-                      for k, c in enumerate(group)]
+                                completion_tokens=c.completion_tokens, draws=draws)
+                      for task, group, counts in zip(tasks, sample.completions, sample.draws)
+                      for k, (c, draws) in enumerate(zip(group, counts))]
         return Solutions(tuple(tasks), tuple(prompts), tuple(candidates), sample.sampled,
                          time.monotonic() - started, hints)
 
@@ -270,8 +270,9 @@ class Scored:
     scores: tuple[Score, ...]  # scores[i] is the score of solutions.candidates[i]
     pairs: tuple[PreferencePair, ...]
     groups: tuple[CompletionGroup, ...]  # built only when the learner trains on groups
-    pass_rates: dict[str, float]  # task id -> the fraction of its rated candidates that passed
-    rated: int  # candidates with a verdict (not sandbox_error) on tasks that are not flaky
+    # task id -> the fraction of its rated candidates' draws that passed (Candidate.draws)
+    pass_rates: dict[str, float]
+    rated: int  # draws of candidates with a verdict (not sandbox_error), tasks not flaky
     passed: int  # of those, how many passed every test
     controls: Controls = Controls()  # the batch's flaky tasks make no items
     # predict tasks whose candidates split between the right answer and one other
@@ -290,7 +291,7 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
     groups: list[CompletionGroup] = []
     rates: dict[str, float] = {}
     split: set[str] = set()
-    rated = [s for c, s in zip(solutions.candidates, scores)
+    rated = [(c, s) for c, s in zip(solutions.candidates, scores)
              if not needs_rerun(s) and c.task_id not in flaky]
     for task, prompt in zip(solutions.tasks, solutions.prompts):
         if task.task_id in flaky:
@@ -298,16 +299,19 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
         mine = [(c, s) for c, s in zip(solutions.candidates, scores) if c.task_id == task.task_id]
         verdicts = [(c, s) for c, s in mine if not needs_rerun(s)]
         if verdicts:
-            rates[task.task_id] = sum(s.passed for _, s in verdicts) / len(verdicts)
+            rates[task.task_id] = (sum(c.draws * s.passed for c, s in verdicts)
+                                   / sum(c.draws for c, _ in verdicts))
         if task.family is TaskFamily.PREDICT and two_answers(
-                [c.code for c, _ in verdicts], [s.passed for _, s in verdicts]):
+                [c.code for c, _ in verdicts for _ in range(c.draws)],
+                [s.passed for c, s in verdicts for _ in range(c.draws)]):
             split.add(task.task_id)
         pairs += build_pairs(task, prompt, [c for c, _ in mine], [s for _, s in mine],
                              task.generator_version, margin=pair_margin)
         if with_groups:
             groups += build_groups(task, prompt, [c for c, _ in mine], [s for _, s in mine])
-    return Scored(tuple(scores), tuple(pairs), tuple(groups), rates, len(rated),
-                  sum(s.passed for s in rated), controls, frozenset(split))
+    return Scored(tuple(scores), tuple(pairs), tuple(groups), rates,
+                  sum(c.draws for c, _ in rated), sum(c.draws * s.passed for c, s in rated),
+                  controls, frozenset(split))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -95,15 +95,31 @@ def test_a_flaky_tasks_generator_output_is_rewarded_as_a_rejected_one():
         ("flaky", task.task_id, None, REJECTED_REWARD)
 
 
+def test_a_pass_rate_counts_every_draw_not_every_distinct_text():
+    # Red-team pass 10: a solver right on 9 of 10 draws kept {right, wrong}: a pass rate of
+    # 0.5, inside the band the generator's reward pays most for; it is 0.9.
+    task = f.task()
+    candidates = (dataclasses.replace(f.candidate(index=0), code="right", draws=9),
+                  dataclasses.replace(f.candidate(index=1), code="wrong", draws=1))
+    batch = stages.Solutions((task,), ("p",), candidates, 10, 0.0)
+    checks = [f.check(passed=True), f.check(passed=False)]
+    scored = stages.score(batch, checks, pair_margin=0.0, with_groups=False)
+    assert scored.pass_rates == {task.task_id: 0.9} and (scored.rated, scored.passed) == (10, 9)
+    assert len(scored.pairs) == 1  # the items to learn from stay one per distinct text
+
+
 def test_a_predict_task_split_between_two_answers_pays_its_generator_no_band_reward(record):
-    # a coin flip the solver cannot compute: half right, half the one other answer
+    # a coin flip the solver cannot compute: half its draws right, half the one other answer
+    # (sample_distinct keeps one copy of each text and counts its draws: red-team pass 10
+    # found the guard dead when it counted kept texts, which never repeat)
     task = dataclasses.replace(f.task(), family=TaskFamily.PREDICT)
-    candidates = tuple(dataclasses.replace(f.candidate(index=i), code=answer)
-                       for i, answer in enumerate(["7744", "7745", "7744", "7745"]))
+    candidates = tuple(dataclasses.replace(f.candidate(index=i), code=answer, draws=2)
+                       for i, answer in enumerate(["7744", "7745"]))
     batch = stages.Solutions((task,), ("p",), candidates, 4, 0.0)
-    checks = [f.check(passed=ok) for ok in (True, False, True, False)]
+    checks = [f.check(passed=ok) for ok in (True, False)]
     scored = stages.score(batch, checks, pair_margin=0.0, with_groups=False)
     assert scored.two_answers == {task.task_id} and scored.pass_rates == {task.task_id: 0.5}
+    assert (scored.rated, scored.passed) == (4, 2)
     record.solved(batch, checks, scored, generated=True)
     output = dataclasses.replace(f.generator_input(), task_id=task.task_id, family="predict",
                                  reward=None, pass_rate=None)

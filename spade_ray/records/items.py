@@ -260,6 +260,8 @@ class Candidate:
     solver_version: int
     prompt_tokens: int
     completion_tokens: int
+    # the solver's draws that gave this text (one copy is kept): pass rates count each draw
+    draws: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -129,7 +129,9 @@ class RoundMetrics:
     stale_items: int = 0
     trained_round: int | None = None
     engine_busy_s: float = 0.0  # time the rollout engines had a request in flight
-    new_task_candidates: int = 0  # what new_task_pass_rate is a fraction of
+    # what new_task_pass_rate is a fraction of: the solver's draws on new tasks (a candidate
+    # text counts as often as it was drawn: Candidate.draws)
+    new_task_candidates: int = 0
     sandbox_reruns: int = 0  # candidates whose execution was re-run after a sandbox_error
     sandbox_errors: int = 0  # candidates still sandbox_error after the re-run (not in pairs)
     hack_suspects: int = 0  # candidates whose check found evidence of probing the grader

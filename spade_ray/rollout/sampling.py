@@ -86,6 +86,7 @@ class TokenMeter:
 @dataclasses.dataclass(frozen=True)
 class DistinctSample:
     completions: list[list[Completion]]  # distinct texts per prompt, up to n each
+    draws: list[list[int]]  # draws[i][k]: how many of the prompt's draws gave completions[i][k]
     sampled: int  # completions generated, re-samples included
     duplicates: int  # of those, how many repeated an earlier one of the same prompt
     lost: int  # prompt requests lost with a dead engine (re-issued while rounds remained)
@@ -93,9 +94,13 @@ class DistinctSample:
 
 def sample_distinct(generate: Generate, prompts: Sequence[str], sampling: SamplingParams,
                     meter: TokenMeter, resample_rounds: int = 2) -> DistinctSample:
-    """`sampling.n` distinct completions per prompt where the model gives them."""
+    """`sampling.n` distinct completions per prompt where the model gives them, and how many
+    draws gave each: what the model would answer is the draws' share, not the kept texts'
+    (red-team pass 10: a solver right on 90% of its draws keeps {right, wrong}, a pass rate of
+    0.5 that the generator's reward paid most for)."""
     kept: list[list[Completion]] = [[] for _ in prompts]
-    seen: list[set[str]] = [set() for _ in prompts]
+    draws: list[list[int]] = [[] for _ in prompts]
+    seen: list[dict[str, int]] = [{} for _ in prompts]  # normalised text -> its index in kept
     wanted = {i: sampling.n for i in range(len(prompts))}
     sampled = duplicates = lost = 0
     for attempt in range(1 + resample_rounds):
@@ -118,9 +123,11 @@ def sample_distinct(generate: Generate, prompts: Sequence[str], sampling: Sampli
                     key = normalise(c.text)
                     if key in seen[i]:
                         duplicates += 1
+                        draws[i][seen[i][key]] += 1
                     else:
-                        seen[i].add(key)
+                        seen[i][key] = len(kept[i])
                         kept[i].append(c)
+                        draws[i].append(1)
         wanted = {i: sampling.n - len(kept[i]) for i in range(len(prompts))
                   if len(kept[i]) < sampling.n}
-    return DistinctSample(kept, sampled, duplicates, lost)
+    return DistinctSample(kept, draws, sampled, duplicates, lost)

@@ -25,7 +25,8 @@ marked JSON hold JSON text (use json_extract); primary keys make re-recording a 
       pass_rate (the solver's on the task),
       reward (the generator's; NULL: unknown), text_state
   candidates        (run_id, round, candidate_id) -- one solver attempt each
-      candidate_id, task_id, code, candidate_solver_version, prompt_tokens, completion_tokens
+      candidate_id, task_id, code, candidate_solver_version, prompt_tokens, completion_tokens,
+      draws (the solver's draws that gave this text; pass rates count each)
   executions        (run_id, round, candidate_id) -- a candidate run against its task's tests
       candidate_id, task_id, status, exit_code, stdout, stderr, truncated (by the sandbox),
       wall_s, cpu_s, peak_memory_mb, env_hash, limits_enforced_by, detail, attempts (2: a

@@ -21,10 +21,12 @@ from spade_ray.records import CheckResult, Completion, ExecResult, Task, from_di
 R = TypeVar("R")
 
 SCHEMA_VERSION = 4  # 2: executions.attempts, .suspicion; 3: generator rewards, pair roles;
-# 4: tasks.most_shown
+# 4: tasks.most_shown, candidates.draws
 # What turns a file of the version it is keyed by into the next: a run recorded before resumes
-# with nothing lost (a task recorded without most_shown reads None: its visible examples).
-MIGRATIONS = {3: ("ALTER TABLE tasks ADD COLUMN most_shown INTEGER",)}
+# with nothing lost (a task recorded without most_shown reads None: its visible examples; a
+# candidate without draws, 1).
+MIGRATIONS = {3: ("ALTER TABLE tasks ADD COLUMN most_shown INTEGER",
+                  "ALTER TABLE candidates ADD COLUMN draws INTEGER NOT NULL DEFAULT 1")}
 
 # Every row says which run, which round, and which weights were live when it was written.
 _STAMP = """run_id TEXT NOT NULL, round INTEGER NOT NULL,
@@ -49,7 +51,7 @@ TABLES: dict[str, str] = {
         PRIMARY KEY (run_id, round, input_index)""",
     "candidates": """candidate_id TEXT NOT NULL, task_id TEXT NOT NULL, code TEXT NOT NULL,
         candidate_solver_version INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL,
-        completion_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL, draws INTEGER NOT NULL DEFAULT 1,
         PRIMARY KEY (run_id, round, candidate_id)""",
     "executions": """candidate_id TEXT NOT NULL, task_id TEXT NOT NULL, status TEXT NOT NULL,
         exit_code INTEGER, stdout TEXT NOT NULL, stderr TEXT NOT NULL, truncated INTEGER NOT NULL,

@@ -38,6 +38,14 @@ def test_sampled_and_duplicates_count_every_completion_generated():
     generate, _ = scripted([[["a", "a ", "b"], ["x", "y", "z"]], [["c"]]])
     result = sample_distinct(generate, ["p0", "p1"], SamplingParams(n=3), TokenMeter("solver"))
     assert (result.sampled, result.duplicates) == (7, 1)
+    assert result.draws == [[2, 1, 1], [1, 1, 1]]  # "a " was a draw of "a"
+
+
+def test_draws_of_a_kept_text_are_counted_across_resamples():
+    generate, _ = scripted([[["a", "a", "a"]], [["a", "b"]], [["a"]]])
+    result = sample_distinct(generate, ["p"], SamplingParams(n=3), TokenMeter("solver"))
+    assert [c.text for c in result.completions[0]] == ["a", "b"]
+    assert result.draws == [[5, 1]] and result.sampled == 6
 
 
 def test_resampling_stops_after_its_rounds():
