@@ -31,6 +31,9 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         flip (or a 1-in-3 guess) however it is spelt ('ny'[c],
                                         n % 2 * 2 - 1, (n + 1, c), n + [-1, 1, 2][c];
                                         guesses.py);
+                few_examples            predict: fewer than `min_predict_examples` answered
+                                        inputs, too few to tell a coin flip (coin_flip needs
+                                        3 to see two answers, 5 to see three)
                 trivial_passes:lookup   a table of the shown examples plus one guessed value
                                         (a shown output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
@@ -101,6 +104,10 @@ MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show out
 @dataclasses.dataclass(frozen=True)
 class AdmissionConfig:
     min_examples: int = 2  # inputs the reference must answer (with plain data)
+    # a predict task's, augmented ones included: red-team pass 10 admitted coin flips on 2-4
+    # inputs (`h % 3`, strings built at run time), and with augment_inputs 8 a guard that
+    # raises on every other input (`if n % 7 != 3: raise`) left only those
+    min_predict_examples: int = 5
     visible_examples: int = 2  # shown in codegen and repair prompts; all examples grade
     max_mutants: int = 8
     min_mutation_score: float = 0.5  # fraction of mutants the examples must kill
@@ -111,7 +118,8 @@ class AdmissionConfig:
     # the reference's own check runs under the task's limits
 
     def __post_init__(self) -> None:
-        if self.min_examples < 1 or self.visible_examples < 0 or self.max_mutants < 0 \
+        if self.min_examples < 1 or self.min_predict_examples < 1 \
+                or self.visible_examples < 0 or self.max_mutants < 0 \
                 or self.augment_inputs < 0:
             raise ValueError(f"admission: counts must be positive: {self}")
         if not 0.0 <= self.min_mutation_score <= 1.0:
@@ -345,6 +353,8 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
         fair = [i for i, guess in enumerate(guesses) if guess is None]
         if not fair:
             return reject(f"trivial_passes:{guesses[asked]}")
+        if len(core.examples) < config.min_predict_examples and source is TaskSource.GENERATED:
+            return reject("few_examples")  # (a seed's answers are written by hand)
         fair = [i for i in fair if not coin_flip(core.examples, core.lines, i)]
         if not fair:
             return reject("trivial_passes:few_valued")

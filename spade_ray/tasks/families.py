@@ -58,7 +58,21 @@ def fields(task: Task, hints: int | None = None) -> dict[str, str]:
                           for e in shown_examples(task, hints))
         shown = f"Examples:\n{shown}" if shown else ""
     return {"description": task.description, "signature": task.signature, "shown": shown,
-            "buggy": (task.buggy or "").rstrip(), "program": task.reference.rstrip()}
+            "buggy": (task.buggy or "").rstrip(), "program": shown_program(task.reference)}
+
+
+def shown_program(reference: str) -> str:
+    """A program as a predict prompt shows it: without its comments and its strings that are
+    statements (docstrings), where a generator could write the answer (red-team pass 10
+    admitted `# mix2(123) == 1784`; admission's guesses read the strings that are left)."""
+    tree = ast.parse(reference)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            kept = [s for s in body if not (isinstance(s, ast.Expr)
+                                            and isinstance(s.value, ast.Constant))]
+            node.body = kept or [ast.Pass()]
+    return ast.unparse(tree)
 
 
 def shown_examples(task: Task, hints: int | None) -> tuple[IOExample, ...]:

@@ -74,10 +74,15 @@ def guessed_answers(p: Proposal, examples: Sequence[IOExample]) -> list[str | No
     reading the program, or None. A predict task is one call, so its null solvers are answers,
     not programs: a constant (a bool is a coin flip: a solver guessing it passes half the time,
     the pass rate the generator's learnability reward pays most for), an echo of one of the
-    call's own arguments, or a literal the shown program contains (`return "even" if ... else
-    "odd"` is a coin flip too), compared type-exactly, as the grader compares."""
-    literals = set()
+    call's own arguments, a literal the shown program contains (`return "even" if ... else
+    "odd"` is a coin flip too) or whose text one of its strings holds (`NOTE = "f(7) == 1784"`:
+    the prompt shows the program, without its comments and docstrings), or an item of an
+    argument of at most FEW_ANSWERS distinct items (`xs[h % len(xs)]`: red-team pass 10), all
+    compared type-exactly, as the grader compares."""
+    literals, texts = set(), []
     for node in ast.walk(ast.parse(p.reference)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            texts.append(node.value)
         signed = isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) \
             and isinstance(node.operand, ast.Constant)  # -1 is a literal too
         if signed or isinstance(node, ast.Constant):
@@ -96,8 +101,35 @@ def guessed_answers(p: Proposal, examples: Sequence[IOExample]) -> list[str | No
         tiny = type(answer) is float and abs(answer) <= FLOAT_TOLERANCE
         out.append(nulls.get(e.expected) or ("zero_float" if tiny else None) or echo
                    or ("literal" if e.expected in literals else None)
+                   or ("in_text" if _written(answer, texts) else None)
+                   or _picked(canonical.decode(e.args), e.expected, params)
                    or ("bool" if _bool_like(e) else None))
     return out
+
+
+def _written(answer, texts: Sequence[str]) -> bool:
+    """Whether a string of the program holds the answer's text (two characters or more)."""
+    shown = {repr(answer), str(answer)}
+    return any(len(t) >= 2 and t in text for t in shown for text in texts)
+
+
+def _picked(args: tuple, expected: str, params: Sequence[str]) -> str | None:
+    """`item_<param>` when the answer is an item (a dict's key or value) of an argument with
+    at most FEW_ANSWERS distinct ones: a guess among them passes a third of the time."""
+    for i, arg in enumerate(args):
+        if type(arg) in (list, tuple, set, frozenset):
+            items = list(arg)
+        elif type(arg) is dict:
+            items = [*arg, *arg.values()]
+        else:
+            continue
+        try:
+            encoded = {canonical.encode(x) for x in items}
+        except canonical.NotPlainData:
+            continue
+        if expected in encoded and len(encoded) <= FEW_ANSWERS:
+            return f"item_{params[i] if i < len(params) else i}"
+    return None
 
 
 def _bool_like(example: IOExample) -> bool:

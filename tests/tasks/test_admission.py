@@ -28,7 +28,7 @@ GOOD = proposal("def clip_sum(xs: list[int], k: int) -> int:\n"
                 "            total += x\n"
                 "    return total\n",
                 "clip_sum([1, 2, 3], 2)\nclip_sum([5, 1, 2], 5)\nclip_sum([], 3)\n"
-                "clip_sum([4, 4], 4)")
+                "clip_sum([4, 4], 4)\nclip_sum([7, 1, 6], 6)")
 
 
 def verdict(sandbox, p, family=CODEGEN, config=AdmissionConfig(), limits=LIMITS):
@@ -47,7 +47,7 @@ def test_a_good_program_becomes_a_task_of_every_family(sandbox, family):
         assert canonical.decode(task.visible[0].args) == ([4, 4], 4)
         assert canonical.decode(task.tests.examples[0].expected) == 8
     else:
-        assert [canonical.decode(e.expected) for e in task.tests.examples] == [3, 8, 0, 8]
+        assert [canonical.decode(e.expected) for e in task.tests.examples] == [3, 8, 0, 8, 7]
         assert len(task.visible) == 2
     if family is REPAIR:
         assert task.buggy and task.buggy != task.reference

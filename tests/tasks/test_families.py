@@ -270,3 +270,13 @@ def test_every_seed_disguised_is_a_near_duplicate_and_no_seed_is_one_of_another(
         assert match is task and similarity >= 0.8, (task.entry_point, similarity)
         others = [t for t in codegen if t is not task]
         assert most_similar(task, others)[1] < 0.8, task.entry_point
+
+
+def test_a_predict_prompt_shows_the_program_without_comments_or_docstrings(seeds):
+    # red-team pass 10: `# mix2(123) == 1784` above the function told the solver its answer
+    task = dataclasses.replace(of(seeds, TaskFamily.PREDICT), reference=(
+        '"""f(3) is 10."""\n# f(3) == 10\ndef f(n: int) -> int:\n    """Return 3n + 1."""\n'
+        "    return 3 * n + 1  # f(3) == 10\n"))
+    prompt = solver_prompt(FEWSHOT, task, seeds, 1)
+    assert "def f(n: int) -> int:\n    return 3 * n + 1\n" in prompt
+    assert "f(3) is" not in prompt and "== 10" not in prompt and "3n" not in prompt

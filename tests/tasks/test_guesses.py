@@ -53,12 +53,12 @@ def test_a_predict_task_never_asks_for_an_answer_a_guess_can_give(sandbox):
     assert verdict(sandbox, p, PREDICT).reason in ("trivial_passes:true", "trivial_passes:false")
     # So are an empty result and an echo of the call's own argument, whichever input is asked;
     # a question is the generator's last input whose answer no such guess states.
-    p = proposal("def f(n: int) -> int:\n    return n if n > 5 else n * 10",
-                 "f(1)\nf(2)\nf(7)\nf(9)")
+    p = proposal("def f(n: int) -> int:\n    return n if n > 5 else n * n + 3",
+                 "f(3)\nf(1)\nf(2)\nf(7)\nf(9)")
     v = verdict(sandbox, p, PREDICT)
     assert v.valid, v.reason
     assert canonical.decode(v.task.visible[0].args) == (2,)
-    assert canonical.decode(v.task.tests.examples[0].expected) == 20
+    assert canonical.decode(v.task.tests.examples[0].expected) == 7
     p = proposal("def f(xs: list[int]) -> list[int]:\n    return xs if len(xs) > 1 else []",
                  "f([3, 1])\nf([5])\nf([2, 4, 6])")
     assert verdict(sandbox, p, PREDICT).reason in ("trivial_passes:echo_xs",
@@ -165,3 +165,27 @@ def test_the_always_equal_object_never_passes(sandbox):
     programs = null_solvers(GOOD.signature)
     task = verdict(sandbox, GOOD).task
     assert not sandbox.check(programs["always_equal"], task.tests).passed
+
+
+@pytest.mark.parametrize("body, calls, reason", [
+    # red-team pass 10, each admitted before and paid in the band by a guessing solver:
+    # an item of a short list argument (a guess among three passes a third of the time)
+    ("def f(xs: list[int]) -> int:\n    h = sum(x * 7919 for x in xs) % 97\n"
+     "    return xs[h % len(xs)]",
+     "f([13, 2, 40])\nf([5, 9, 31])\nf([8, 21, 3])\nf([17, 4, 6])\nf([11, 29, 14])",
+     "trivial_passes:item_xs"),
+    # too few answers to see a coin flip: h % 3 on four inputs
+    ("def f(n: int) -> int:\n    return (n * 7919 + 1007) % 3 + 2",
+     "f(5)\nf(17)\nf(44)\nf(123)", "few_examples"),
+])
+def test_a_predict_answer_a_guess_can_give_is_no_question(sandbox, body, calls, reason):
+    assert verdict(sandbox, proposal(body, calls), PREDICT).reason == reason
+
+
+def test_a_predict_question_is_never_one_whose_answer_a_string_of_the_program_holds(sandbox):
+    # red-team pass 10: the answer in a comment (the prompt shows the program without its
+    # comments and docstrings) or in a string; the question is then another input's
+    p = proposal("NOTE = 'f(123) gives 1044'\ndef f(n: int) -> int:\n"
+                 "    return (n * 7919 + 1007) % 2000", "f(5)\nf(17)\nf(44)\nf(90)\nf(123)")
+    v = verdict(sandbox, p, PREDICT)
+    assert v.valid and canonical.decode(v.task.visible[0].args) == (90,)
