@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -42,6 +41,7 @@ from spade_ray.records import (
     RoundMetrics,
     RoundState,
     Task,
+    TaskFamily,
     TrainAlgorithm,
     UpdateStatus,
 )
@@ -61,6 +61,7 @@ from spade_ray.tasks.control import (
     solver_hints,
     target_pass_rate,
 )
+from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.prompting import family_schedule, topic_schedule
 from spade_ray.tracking import Versions
 from spade_ray.training import Trainer, Training, warm_start
@@ -117,8 +118,11 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
                                     [t for t in record.new_tasks if t.task_id not in record.flaky],
                                     run.loop.archive_size)
     pending = items if run.trainer is not None and run.loop.overlap else ()
+    admitted = {*state.admitted_hashes,
+                *(normalised_hash(t.reference) for t in record.new_tasks)}
     metrics, next_state = steer(run, metrics, dataclasses.replace(
-        state, archive=archive, replay_cursor=cursor, inject=(), warm_start=None,
+        state, archive=archive, admitted_hashes=tuple(sorted(admitted)), replay_cursor=cursor,
+        inject=(), warm_start=None,
         pending_pairs=tuple(i for i in pending if isinstance(i, PreferencePair)),
         pending_groups=tuple(i for i in pending if isinstance(i, CompletionGroup))),
         started_from, {t.task_id for t in [*run.seeds, *archive]}, record.task_pass_rates)
@@ -189,9 +193,19 @@ def generated_chunks(run: Run, record: RoundRecord, budget: Budget, known: list[
         pass_rates=dict(state.task_pass_rates),
         target=target if control.exemplars_by_difficulty else None,
         difficulty=level_label(level, control) if control.difficulty_labels else None)
-    generate = functools.partial(
-        run.generation.generate, known=known, meter=budget.generator, executor=run.executor,
-        rng=random.Random(run.loop.seed * 1_000_003 + record.index), guidance=guidance)
+    seen = list(known)  # and the tasks of the round's chunks so far (one may copy another)
+    rng = random.Random(run.loop.seed * 1_000_003 + record.index)
+
+    def generate(chunk_work: list[tuple[str, TaskFamily]]) -> stages.GeneratedChunk:
+        # on the producer thread, one chunk after another: red-team pass 10 had one task
+        # admitted (and rewarded) once per chunk of a round, each chunk checking its outputs
+        # against the round's start
+        chunk = run.generation.generate(chunk_work, known=seen, meter=budget.generator,
+                                        executor=run.executor, rng=rng, guidance=guidance,
+                                        retired=state.admitted_hashes)
+        seen.extend(chunk.valid_tasks)
+        return chunk
+
     topics = topic_schedule(list(run.loop.topics), run.loop.tasks_per_round, record.index,
                             collections.Counter(t.topic for t in state.archive),
                             control.max_topic_share)

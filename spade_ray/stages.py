@@ -20,7 +20,7 @@ import dataclasses
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from spade_ray.evaluation import humaneval, needs_rerun, score_many
 from spade_ray.execution import Executor
@@ -94,7 +94,11 @@ class Generation:
 
     def generate(self, work: Sequence[tuple[str, TaskFamily]], known: Sequence[Task],
                  rng: random.Random, meter: TokenMeter, executor: Executor,
-                 guidance: Guidance = Guidance()) -> GeneratedChunk:
+                 guidance: Guidance = Guidance(), retired: Collection[str] = ()
+                 ) -> GeneratedChunk:
+        """`known`: the tasks a new one may not copy (and the prompts' exemplars); `retired`:
+        the normalised hashes of more tasks it may not copy exactly (those the run admitted
+        that have left `known`)."""
         prompts = [generator_prompt(self.template, topic, list(known), self.few_shot, rng,
                                     guidance=guidance)
                    for topic, _ in work]
@@ -104,7 +108,7 @@ class Generation:
             self.complete_frames(prompts, sample.completions, meter)
         generate_s = time.monotonic() - started
         seen = list(known)
-        hashes = {normalised_hash(t.reference) for t in known}
+        hashes = {normalised_hash(t.reference) for t in known} | set(retired)
         outputs, proposals = [], []  # outputs: (topic, family, prompt, completion, outcome)
         for (topic, family), prompt, group in zip(work, prompts, sample.completions):
             for completion in group:

@@ -8,10 +8,18 @@ import sqlite3
 
 import pytest
 
+from spade_ray import loop, stages
+from spade_ray.config import ValidationConfig, validate_loop
 from spade_ray.execution import Sandbox
+from spade_ray.recorder import Recorder
+from spade_ray.records import SamplingParams, TaskFamily
 from spade_ray.tasks.control import ControlConfig
+from spade_ray.tasks.format import render_proposal
+from spade_ray.tasks.seeds import load_seed_proposals
+from spade_ray.tasks.templates import load_prompts
+from spade_ray.tracking import MetricsSink, TraceStore
 from spade_ray.tracking.diagnose import CheckName, Level, diagnose, load_run
-from tests.scripted import LIMITS, run_scripted
+from tests.scripted import LIMITS, ScriptedEngines, run_scripted
 
 ROUNDS = 5
 pytestmark = pytest.mark.slow
@@ -68,3 +76,50 @@ def test_the_hint_lever_shows_the_solver_fewer_examples_as_tasks_get_too_easy(sa
     # what a prompt showed earned no credit, and diagnose re-scores each round with its hints
     rescore = diagnose(load_run(tmp_path)).section("evaluator").checks[0]
     assert rescore.name is CheckName.RESCORE and rescore.level is Level.OK, rescore
+
+
+def copies_paid(sandbox, tmp_path, order: list[int], rounds: int, archive_size: int):
+    """The generator outputs of rounds that write seed tasks 3, 4... in `order` (two a round,
+    one chunk each), as (round, (outcome, reward)) per output; the solver's draws are right
+    about half the time, a pass rate the generator's reward pays for."""
+    proposals = [p for _, p in load_seed_proposals() if p.reference.startswith("def ")][3:]
+    texts = iter(render_proposal(proposals[i].description, proposals[i].reference,
+                                 proposals[i].calls) for i in order)
+    references = {p.signature: p.reference for p in proposals}
+    generator = ScriptedEngines("generator", lambda _w, _p, _k: next(texts))
+    solver = ScriptedEngines("solver", lambda _w, prompt, k: (
+        references[prompt.rstrip().rsplit("\n", 1)[-1]].split("\n", 1)[1] if k < 2
+        else f"    return {k}\n"))
+    templates = load_prompts("fewshot")
+    config = validate_loop({"rounds": rounds, "tasks_per_round": 2, "chunk_size": 1,
+                            "candidates": 4, "topics": ["strings"], "families": ["codegen"],
+                            "frame_tokens": 0, "archive_size": archive_size})
+    store = TraceStore(tmp_path / "trace.sqlite", "copies")
+    sink = MetricsSink(tmp_path, "copies", {}, wandb_mode="disabled")
+    run = loop.Run(
+        recorder=Recorder("copies", tmp_path, store, sink),
+        generation=stages.Generation(generator, templates["generator"], SamplingParams(n=1),
+                                     0, config.max_similarity, LIMITS),
+        solving=stages.Solving(solver, {f: templates[f] for f in TaskFamily}, False,
+                               SamplingParams(n=4), 0, ()),
+        executor=sandbox, limits=LIMITS, loop=config, validation=ValidationConfig(problems=0),
+        validation_problems=(), seeds=(), trainer=None, control=ControlConfig())
+    try:
+        loop.run_rounds(run)
+        return [(r, (i.outcome, i.reward)) for r in range(rounds)
+                for i in store.generator_inputs(r)]
+    finally:
+        sink.close()
+        store.close()
+
+
+def test_a_task_is_paid_once_per_run_however_it_is_written_again(sandbox, tmp_path):
+    # Red-team pass 10: a task written in two chunks of one round was admitted (and paid 1.0)
+    # twice, each chunk checking against the round's start; and once it had left the archive
+    # (archive_size 2), again. Now the second writing is a duplicate, paid -1.
+    paid = copies_paid(sandbox, tmp_path / "chunks", [0, 0], rounds=1, archive_size=200)
+    assert [outcome for _, outcome in paid][1] == ("duplicate", -1.0)
+    assert paid[0][1][0] == "admitted" and paid[0][1][1] > 0
+    paid = copies_paid(sandbox, tmp_path / "archive", [0, 1, 2, 3, 0, 4], rounds=3,
+                       archive_size=2)
+    assert [outcome for _, (outcome, _) in paid] == ["admitted"] * 4 + ["duplicate", "admitted"]

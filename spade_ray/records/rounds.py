@@ -252,6 +252,10 @@ class RoundState:
     """What the next round (or a resumed run) carries over from a completed one."""
 
     archive: tuple[Task, ...] = ()  # generated tasks the generator and solver see again
+    # tasks.diversity.normalised_hash of every task this run admitted: one that has left the
+    # archive is still a duplicate (red-team pass 10: with archive_size 2, a task written
+    # again two rounds later was admitted and rewarded again)
+    admitted_hashes: tuple[str, ...] = ()
     replay_cursor: int = 0  # where the next round's replayed tasks start in seeds + archive
     learner_checkpoint: str | None = None  # the last accepted learner state
     weights_version: int = 0  # the version the engines serve
