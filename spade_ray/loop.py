@@ -114,21 +114,31 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
                              injected=len(injected),
                              engine_busy_s=run.engine_busy_s() - busy_before)
     metrics = dataclasses.replace(metrics, warm_start=state.warm_start)
-    archive = stages.update_archive([t for t in state.archive if t.task_id not in record.flaky],
-                                    [t for t in record.new_tasks if t.task_id not in record.flaky],
-                                    run.loop.archive_size)
-    pending = items if run.trainer is not None and run.loop.overlap else ()
-    admitted = {*state.admitted_hashes,
-                *(normalised_hash(t.reference) for t in record.new_tasks)}
-    metrics, next_state = steer(run, metrics, dataclasses.replace(
-        state, archive=archive, admitted_hashes=tuple(sorted(admitted)), replay_cursor=cursor,
-        inject=(), warm_start=None,
-        pending_pairs=tuple(i for i in pending if isinstance(i, PreferencePair)),
-        pending_groups=tuple(i for i in pending if isinstance(i, CompletionGroup))),
-        started_from, {t.task_id for t in [*run.seeds, *archive]}, record.task_pass_rates)
+    carried = carry_over(run, state, record, items, cursor)
+    metrics, next_state = steer(run, metrics, carried, started_from,
+                                {t.task_id for t in [*run.seeds, *carried.archive]},
+                                record.task_pass_rates)
     if run.trainer is not None:
         next_state = run.trainer.carry(next_state)
     return metrics, next_state
+
+
+def carry_over(run: Run, state: RoundState, record: RoundRecord,
+               items: Sequence[PreferencePair | CompletionGroup], cursor: int) -> RoundState:
+    """What the round hands on before the controller steers: the archive with its new tasks
+    (flaky ones left out), the hashes of every task the run admitted, the replay cursor, and
+    (loop.overlap) the items the next round's update trains on."""
+    archive = stages.update_archive([t for t in state.archive if t.task_id not in record.flaky],
+                                    [t for t in record.new_tasks if t.task_id not in record.flaky],
+                                    run.loop.archive_size)
+    admitted = {*state.admitted_hashes,
+                *(normalised_hash(t.reference) for t in record.new_tasks)}
+    pending = items if run.trainer is not None and run.loop.overlap else ()
+    return dataclasses.replace(
+        state, archive=archive, admitted_hashes=tuple(sorted(admitted)), replay_cursor=cursor,
+        inject=(), warm_start=None,
+        pending_pairs=tuple(i for i in pending if isinstance(i, PreferencePair)),
+        pending_groups=tuple(i for i in pending if isinstance(i, CompletionGroup)))
 
 
 def steer(run: Run, metrics: RoundMetrics, state: RoundState, started_from: RoundState,

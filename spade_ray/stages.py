@@ -96,9 +96,8 @@ class Generation:
                  rng: random.Random, meter: TokenMeter, executor: Executor,
                  guidance: Guidance = Guidance(), retired: Collection[str] = ()
                  ) -> GeneratedChunk:
-        """`known`: the tasks a new one may not copy (and the prompts' exemplars); `retired`:
-        the normalised hashes of more tasks it may not copy exactly (those the run admitted
-        that have left `known`)."""
+        """`known`: tasks a new one may not copy (and the exemplars); `retired`: normalised
+        hashes of tasks the run admitted that have left `known`, which it may not copy."""
         prompts = [generator_prompt(self.template, topic, list(known), self.few_shot, rng,
                                     guidance=guidance)
                    for topic, _ in work]
@@ -274,9 +273,8 @@ class Scored:
     scores: tuple[Score, ...]  # scores[i] is the score of solutions.candidates[i]
     pairs: tuple[PreferencePair, ...]
     groups: tuple[CompletionGroup, ...]  # built only when the learner trains on groups
-    # task id -> the fraction of its rated candidates' draws that passed (Candidate.draws)
-    pass_rates: dict[str, float]
-    rated: int  # draws of candidates with a verdict (not sandbox_error), tasks not flaky
+    pass_rates: dict[str, float]  # task id -> the share of its rated draws that passed
+    rated: int  # draws (Candidate.draws) with a verdict (not sandbox_error), tasks not flaky
     passed: int  # of those, how many passed every test
     controls: Controls = Controls()  # the batch's flaky tasks make no items
     # predict tasks whose candidates split between the right answer and one other

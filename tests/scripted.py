@@ -5,6 +5,7 @@ publishes the label its checkpoint held (the real Trainer is tested in test_trai
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 
@@ -158,23 +159,34 @@ def run_scripted(sandbox, tmp_path, learns: str, rounds: int = 5, trainer=None,
     solver = ScriptedEngines("solver", lambda _, prompt, k: script.candidate(prompt, k))
     trainer = trainer or ScriptedTrainer([], learns)
     trainer.engines = [generator, solver]
-    templates = load_prompts("fewshot")
     config = validate_loop({"rounds": rounds, "tasks_per_round": 2, "chunk_size": 2,
                             "candidates": 4, "topics": ["strings", "lists"],
                             "families": ["codegen"], "frame_tokens": 0, **loop_keys})
+    with scripted_loop(sandbox, tmp_path, generator, solver, config, seeds=seeds,
+                       trainer=trainer, control=control) as (run, _):
+        return loop.run_rounds(run), trainer, generator
+
+
+@contextlib.contextmanager
+def scripted_loop(sandbox, tmp_path, generator, solver, config, seeds=(), trainer=None,
+                  control: ControlConfig = ControlConfig(), outputs_per_prompt: int = 2,
+                  few_shot: tuple[int, int] = (2, 1)):
+    """The real loop's Run on scripted engines (`few_shot`: the generator's and the solver's
+    exemplars), and its trace store, closed on leaving."""
+    templates = load_prompts("fewshot")
     store = TraceStore(tmp_path / "trace.sqlite", "scripted")
     sink = MetricsSink(tmp_path, "scripted", {}, wandb_mode="disabled")
     run = loop.Run(
         recorder=Recorder("scripted", tmp_path, store, sink),
-        generation=stages.Generation(generator, templates["generator"], SamplingParams(n=2),
-                                     2, config.max_similarity, LIMITS),
+        generation=stages.Generation(generator, templates["generator"],
+                                     SamplingParams(n=outputs_per_prompt), few_shot[0],
+                                     config.max_similarity, LIMITS),
         solving=stages.Solving(solver, {f: templates[f] for f in TaskFamily}, False,
-                               SamplingParams(n=4), 1, seeds),
+                               SamplingParams(n=4), few_shot[1], seeds),
         executor=sandbox, limits=LIMITS, loop=config, validation=ValidationConfig(problems=0),
-        validation_problems=(), seeds=seeds, trainer=trainer,
-        control=control)
+        validation_problems=(), seeds=seeds, trainer=trainer, control=control)
     try:
-        return loop.run_rounds(run), trainer, generator
+        yield run, store
     finally:
         sink.close()
         store.close()

@@ -8,18 +8,14 @@ import sqlite3
 
 import pytest
 
-from spade_ray import loop, stages
-from spade_ray.config import ValidationConfig, validate_loop
+from spade_ray import loop
+from spade_ray.config import validate_loop
 from spade_ray.execution import Sandbox
-from spade_ray.recorder import Recorder
-from spade_ray.records import SamplingParams, TaskFamily
 from spade_ray.tasks.control import ControlConfig
 from spade_ray.tasks.format import render_proposal
 from spade_ray.tasks.seeds import load_seed_proposals
-from spade_ray.tasks.templates import load_prompts
-from spade_ray.tracking import MetricsSink, TraceStore
 from spade_ray.tracking.diagnose import CheckName, Level, diagnose, load_run
-from tests.scripted import LIMITS, ScriptedEngines, run_scripted
+from tests.scripted import LIMITS, ScriptedEngines, run_scripted, scripted_loop
 
 ROUNDS = 5
 pytestmark = pytest.mark.slow
@@ -90,27 +86,14 @@ def copies_paid(sandbox, tmp_path, order: list[int], rounds: int, archive_size: 
     solver = ScriptedEngines("solver", lambda _w, prompt, k: (
         references[prompt.rstrip().rsplit("\n", 1)[-1]].split("\n", 1)[1] if k < 2
         else f"    return {k}\n"))
-    templates = load_prompts("fewshot")
     config = validate_loop({"rounds": rounds, "tasks_per_round": 2, "chunk_size": 1,
                             "candidates": 4, "topics": ["strings"], "families": ["codegen"],
                             "frame_tokens": 0, "archive_size": archive_size})
-    store = TraceStore(tmp_path / "trace.sqlite", "copies")
-    sink = MetricsSink(tmp_path, "copies", {}, wandb_mode="disabled")
-    run = loop.Run(
-        recorder=Recorder("copies", tmp_path, store, sink),
-        generation=stages.Generation(generator, templates["generator"], SamplingParams(n=1),
-                                     0, config.max_similarity, LIMITS),
-        solving=stages.Solving(solver, {f: templates[f] for f in TaskFamily}, False,
-                               SamplingParams(n=4), 0, ()),
-        executor=sandbox, limits=LIMITS, loop=config, validation=ValidationConfig(problems=0),
-        validation_problems=(), seeds=(), trainer=None, control=ControlConfig())
-    try:
+    with scripted_loop(sandbox, tmp_path, generator, solver, config, control=ControlConfig(),
+                       outputs_per_prompt=1, few_shot=(0, 0)) as (run, store):
         loop.run_rounds(run)
         return [(r, (i.outcome, i.reward)) for r in range(rounds)
                 for i in store.generator_inputs(r)]
-    finally:
-        sink.close()
-        store.close()
 
 
 def test_a_task_is_paid_once_per_run_however_it_is_written_again(sandbox, tmp_path):

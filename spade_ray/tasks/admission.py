@@ -93,7 +93,7 @@ from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
-from spade_ray.tasks.guesses import coin_flip, guessed_answers, lookup_passes, null_solvers
+from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question
 from spade_ray.tasks.making import make_task, suite_of
 from spade_ray.tasks.mutation import mutants
 from spade_ray.tasks.static import signature_reason, static_reason
@@ -346,19 +346,12 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     if family is not TaskFamily.PREDICT and (lookup := lookup_passes(core.examples,
                                                                      config.visible_examples)):
         return reject(f"trivial_passes:{lookup}")
-    asked = core.own - 1  # predict's question: the generator's last input (its first ones
-    # are its simplest) whose answer a null solver cannot state
+    asked = core.own - 1
     if family is TaskFamily.PREDICT:
-        guesses = guessed_answers(p, core.examples[:core.own])
-        fair = [i for i, guess in enumerate(guesses) if guess is None]
-        if not fair:
-            return reject(f"trivial_passes:{guesses[asked]}")
-        if len(core.examples) < config.min_predict_examples and source is TaskSource.GENERATED:
-            return reject("few_examples")  # (a seed's answers are written by hand)
-        fair = [i for i in fair if not coin_flip(core.examples, core.lines, i)]
-        if not fair:
-            return reject("trivial_passes:few_valued")
-        asked = fair[-1]
+        asked = question(p, core.examples, core.own, core.lines,  # (a seed's are hand-written)
+                         config.min_predict_examples if source is TaskSource.GENERATED else 0)
+        if isinstance(asked, str):
+            return reject(asked)
     run = [(role, code, r) for role, code, r in checks
            if role in MUTANT_ROLES.values() and r.execution.status is not ExecStatus.SANDBOX_ERROR]
     if not run and source is TaskSource.GENERATED:
@@ -378,23 +371,9 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     task = make_task(p, family, topic, core.examples, asked, buggy, limits,
                      config.visible_examples, source, generator_version)
     if family is not TaskFamily.PREDICT:
-        task = dataclasses.replace(task, most_shown=_most_shown(core.examples,
-                                                                config.visible_examples, bug))
+        task = dataclasses.replace(task, most_shown=most_shown(core.examples,
+                                                               config.visible_examples, bug))
     return Admitted(p, family, task, "", cpu, score)
-
-
-def _most_shown(examples: Sequence[IOExample], visible: int, bug: CheckResult | None) -> int:
-    """The most examples a prompt may show (the hint lever, control.solver_hints): up to half of
-    them, while a table of the shown ones plus a guess still fails (lookup_passes) and a hidden
-    example still catches a repair task's shown bug. Red-team pass 10: at 3 of 6 shown, the
-    seed binary_search's bug, as shown, plus a table of the three passed all six examples."""
-    most = visible
-    for shown in range(visible + 1, len(examples) // 2 + 1):
-        if lookup_passes(examples, shown) or (bug is not None
-                                              and not repair.hidden_catch(bug, shown)):
-            break
-        most = shown
-    return most
 
 
 def counted(role: str, check: CheckResult) -> bool:

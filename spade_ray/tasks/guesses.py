@@ -16,7 +16,8 @@ import itertools
 from collections.abc import Sequence
 
 from spade_ray.execution import canonical
-from spade_ray.records import IOExample
+from spade_ray.records import CheckResult, IOExample
+from spade_ray.tasks import repair
 from spade_ray.tasks.format import Proposal
 
 SAME_RETURN_EVIDENCE = 5  # answers of one `return` that show it has at most two (coin_flip)
@@ -67,6 +68,36 @@ def lookup_passes(examples: Sequence[IOExample], visible: int) -> str | None:
         return None
     guessable = {e.expected for e in examples[:visible]} | set(NULL_ENCODED.values())
     return "lookup" if not hidden or hidden <= guessable else None
+
+
+def most_shown(examples: Sequence[IOExample], visible: int, bug: CheckResult | None) -> int:
+    """The most examples a prompt may show (the hint lever, control.solver_hints): up to half of
+    them, while a table of the shown ones plus a guess still fails (lookup_passes) and a hidden
+    example still catches a repair task's shown `bug`. Red-team pass 10: at 3 of 6 shown, the
+    seed binary_search's bug, as shown, plus a table of the three passed all six examples."""
+    most = visible
+    for shown in range(visible + 1, len(examples) // 2 + 1):
+        if lookup_passes(examples, shown) or (bug is not None
+                                              and not repair.hidden_catch(bug, shown)):
+            break
+        most = shown
+    return most
+
+
+def question(p: Proposal, examples: Sequence[IOExample], own: int, lines: Sequence[int],
+             least: int = 0) -> int | str:
+    """A predict task's question: the index of the generator's last input (its first ones are
+    its simplest; `own` of `examples` are its) whose answer no guess states and is no coin
+    flip, or why there is none (`trivial_passes:<guess>`, `few_examples`: fewer than `least`
+    examples, too few to tell a coin flip, `trivial_passes:few_valued`)."""
+    guesses = guessed_answers(p, examples[:own])
+    fair = [i for i, guess in enumerate(guesses) if guess is None]
+    if not fair:
+        return f"trivial_passes:{guesses[own - 1]}"
+    if len(examples) < least:
+        return "few_examples"
+    fair = [i for i in fair if not coin_flip(examples, lines, i)]
+    return fair[-1] if fair else "trivial_passes:few_valued"
 
 
 def guessed_answers(p: Proposal, examples: Sequence[IOExample]) -> list[str | None]:
