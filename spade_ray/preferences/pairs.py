@@ -66,14 +66,18 @@ def build_pairs(task: Task, prompt: str, candidates: Sequence[Candidate],
 def build_groups(task: Task, prompt: str, candidates: Sequence[Candidate],
                  scores: Sequence[Score]) -> list[CompletionGroup]:
     """The task's GRPO group (none when fewer than two candidates have a verdict): the
-    programs as completions of `prompt`'s context (tasks.split_program), the values as rewards."""
+    programs as completions of `prompt`'s context (tasks.split_program), the values as rewards,
+    each program once per draw that gave it (Candidate.draws). The solver keeps one copy of a
+    repeated text, but GRPO's group is the K draws: a text drawn 9 times in 10 counts 9 times
+    in the group's mean and std, as in TRL, or the rare text's advantage is overstated."""
     _validate(task, candidates, scores, 0.0)
     usable = [(c, s) for c, s in zip(candidates, scores) if not needs_rerun(s)]
     if len(usable) < 2:
         return []
     context = _context(prompt, [c.code for c, _ in usable])
-    return [CompletionGroup(prompt=context, completions=tuple(c.code for c, _ in usable),
-                            rewards=tuple(s.value for _, s in usable), task_id=task.task_id,
+    drawn = [(c, s) for c, s in usable for _ in range(c.draws)]
+    return [CompletionGroup(prompt=context, completions=tuple(c.code for c, _ in drawn),
+                            rewards=tuple(s.value for _, s in drawn), task_id=task.task_id,
                             weights_version=min(c.solver_version for c, _ in usable))]
 
 

@@ -4,9 +4,11 @@ import dataclasses
 import math
 
 import pytest
+import torch
 
 from spade_ray.evaluation.scoring import score_many
 from spade_ray.execution import Sandbox
+from spade_ray.learner.losses import group_advantages
 from spade_ray.preferences.export import (
     TRL_COLUMNS,
     append_jsonl,
@@ -136,6 +138,22 @@ def test_a_base_model_pair_has_its_signature_once_for_trl_and_for_us():
     # one candidate that does not start with the signature: no one's context is cut
     odd = [candidate(CORRECT, 0), candidate("add = lambda a, b: a + b\n", 1)]
     assert build_groups(TASK, prompt, odd, scores)[0].prompt == prompt
+
+
+def test_a_group_counts_each_program_once_per_draw():
+    # The solver keeps one copy of a repeated text (Candidate.draws). Right on 3 of 4 draws is a
+    # group of 4 as GRPO sampled it: the wrong draw's advantage is -1.5, not the -0.71 of a
+    # {right, wrong} group that would push the rare text down no harder than the common one up.
+    candidates = [dataclasses.replace(candidate(CORRECT, 0), draws=3), candidate(WRONG, 1)]
+    scores = [made_score(0, 1.0, True), made_score(1, 0.0)]
+    (group,) = build_groups(TASK, PROMPT, candidates, scores)
+    assert group.completions == (CORRECT, CORRECT, CORRECT, WRONG)
+    assert group.rewards == (1.0, 1.0, 1.0, 0.0)
+    advantages = group_advantages(torch.tensor([group.rewards]))[0].tolist()
+    assert advantages[3] == pytest.approx(-1.5, abs=1e-3)
+    assert advantages[0] == pytest.approx(0.5, abs=1e-3)
+    # one text, however often drawn, has no group to be relative to
+    assert build_groups(TASK, PROMPT, candidates[:1], scores[:1]) == []
 
 
 def test_candidates_from_several_solver_versions_are_an_error():
