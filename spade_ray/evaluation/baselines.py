@@ -17,13 +17,22 @@ a miss for every operation); one that raises is a miss. Two operations in a row 
 an argument: about 1 s of host CPU, once per task, on 14 examples of 90,000-character strings,
 the largest arguments guessed on. Non-goal: every short program; these are the ones that need no
 reading of the description.
+
+A generated task's hidden examples are mostly one-step mutations of the generator's inputs
+(tasks/augment.py), neighbours of the shown ones, so a rule fitted to the shown examples carries
+over to them. Red-team pass 11 on the augmented pool: `None if len(set(xs)) < 2 else max(xs) - 1`
+earned 0.6 on `second_largest` (11 of 13) over honest attempts scoring 0; `n + 1` below two base
+cases 0.1 on `lucas`; the output of the nearest shown input 0.111 on `hanoi`. So the floor also
+has each numeric guess shifted by a small constant (`OFFSETS`), every guess behind a one-line
+guard that returns a constant (`GUARDS`: `c if len(set(xs)) < 2 else ...`), and the output of
+the shown input nearest to each hidden one (`nearest_shown`).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from typing import Any
 
 from spade_ray.execution import canonical
@@ -45,9 +54,16 @@ BINARY = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "eq": "{0} == {1}",
     "in": "{0} in {1}", "min2": "min({0}, {1})", "max2": "max({0}, {1})",
 }
+# A numeric guess shifted by a small constant ({0}: the guess), and a one-line guard on an
+# argument ({0}) behind which a program returns a constant instead of its guess.
+OFFSETS = {"plus1": "{0} + 1", "minus1": "{0} - 1", "plus2": "{0} + 2", "minus2": "{0} - 2",
+           "double": "2 * {0}", "half": "{0} // 2"}
+GUARDS = {"falsy": "not {0}", "len_lt2": "len({0}) < 2", "len_lt3": "len({0}) < 3",
+          "distinct_lt2": "len(set({0})) < 2", "negative": "{0} < 0", "lt2": "{0} < 2",
+          "lt3": "{0} < 3"}
 _OPS: dict[str, Callable[..., Any]] = {
     name: eval(f"lambda a, b=None: {expression.format('a', 'b')}")  # noqa: S307 - our text
-    for name, expression in (UNARY | BINARY).items()}
+    for name, expression in (UNARY | BINARY | OFFSETS | GUARDS).items()}
 
 
 def guesses(examples: Sequence[tuple[tuple, Any]], tolerance: float = 0.0,
@@ -65,25 +81,37 @@ def guesses(examples: Sequence[tuple[tuple, Any]], tolerance: float = 0.0,
     arity = max((len(args) for args, _ in examples), default=0)
     arg_lists = [args for args, _ in examples]
     answers = [e for _, e in examples]
+    for name, values in _values(arg_lists, sizes, arity):
+        rows[name] = _guarded(_rights(values, answers, tolerance), examples, tolerance)
+        if any(_is_number(v) for v in values):
+            for offset in OFFSETS:
+                shifted = [_applied(offset, (v,), (0,), 0) if _is_number(v) else _RAISED
+                           for v in values]
+                rows[f"{offset}({name})"] = _guarded(_rights(shifted, answers, tolerance),
+                                                     examples, tolerance)
+    return rows
+
+
+def _values(arg_lists: Sequence[tuple], sizes: Sequence[int], arity: int
+            ) -> Iterator[tuple[str, list[Any]]]:
+    """Each guess of an argument, one operation or two, with its value on every example."""
     for k in range(arity):
-        rows[f"arg{k}"] = [k < len(args) and canonical.same(args[k], e, tolerance)
-                           for args, e in examples]
-        inner = {name: [_applied(name, args, (k,), size) for args, size in zip(arg_lists, sizes)]
-                 for name in UNARY}
-        for name, values in inner.items():
-            rows[f"{name}(arg{k})"] = _guarded(_rights(values, answers, tolerance), examples,
-                                               tolerance)
+        yield f"arg{k}", [args[k] if k < len(args) else _MISSED for args in arg_lists]
+        for name in UNARY:
+            values = [_applied(name, args, (k,), size) for args, size in zip(arg_lists, sizes)]
+            yield f"{name}(arg{k})", values
             for outer in UNARY:
-                composed = [v if v is _RAISED or v is _MISSED else _applied(outer, (v,), (0,), 0)
-                            for v in values]
-                rows[f"{outer}({name}(arg{k}))"] = _guarded(
-                    _rights(composed, answers, tolerance), examples, tolerance)
+                yield f"{outer}({name}(arg{k}))", [
+                    v if v is _RAISED or v is _MISSED else _applied(outer, (v,), (0,), 0)
+                    for v in values]
     for j, k in itertools.permutations(range(arity), 2):
         for name in BINARY:
-            values = [_applied(name, args, (j, k), size) for args, size in zip(arg_lists, sizes)]
-            rows[f"{name}(arg{j}, arg{k})"] = _guarded(_rights(values, answers, tolerance),
-                                                       examples, tolerance)
-    return rows
+            yield f"{name}(arg{j}, arg{k})", [_applied(name, args, (j, k), size)
+                                              for args, size in zip(arg_lists, sizes)]
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float)
 
 
 _RAISED = object()  # the operation raised (or would build a value far bigger than its arguments)
@@ -136,10 +164,61 @@ def _guarded(right: list[bool | None], examples: Sequence[tuple[tuple, Any]],
 def null_credit(tests: TestSuite, shown: int) -> float:
     """The best credit (`scoring.partial_credit`, unscaled) a program that does not solve the
     task earns on `tests`' examples when the first `shown` are in its prompt: a table of the
-    shown ones and, for every other input, a guess (`guesses`)."""
+    shown ones and, for every other input, a guess (`guesses`, `nearest_shown`), or a constant
+    where a guard (`GUARDS`) on an argument holds."""
     examples = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in tests.examples]
-    rows = guesses(examples, tests.float_tolerance, [len(e.args) for e in tests.examples])
     hidden = len(examples) - shown
     if hidden <= 0:
         return 0.0
-    return max(sum(right[shown:]) for right in rows.values()) / hidden
+    sizes = [len(e.args) for e in tests.examples]
+    rows = guesses(examples, tests.float_tolerance, sizes)
+    rows |= nearest_shown(examples, shown, tests.float_tolerance)
+    later = examples[shown:]
+    constants = [_mask(canonical.same(c, e, tests.float_tolerance) for _, e in later)
+                 for c in {canonical.encode(e): e for _, e in later}.values()]
+    arity = max((len(args) for args, _ in examples), default=0)
+    guards = {0} | {_mask(_applied(guard, args, (k,), size) is True
+                          for (args, _), size in zip(later, sizes[shown:]))
+                    for guard in GUARDS for k in range(arity)}
+    guarded = [(guard, max((guard & c).bit_count() for c in constants)) for guard in guards]
+    return max(((_mask(right[shown:]) & ~guard).bit_count() + constant
+                for right in rows.values() for guard, constant in guarded), default=0) / hidden
+
+
+def nearest_shown(examples: Sequence[tuple[tuple, Any]], shown: int, tolerance: float = 0.0
+                  ) -> dict[str, list[bool]]:
+    """Per way of measuring distance, which examples the output of the nearest shown example
+    gets right (`nearest<k>`: by argument k, a number's difference or a collection's length;
+    `nearest`: by how many arguments differ), the first shown one on a tie."""
+    if not shown:
+        return {}
+    table = examples[:shown]
+    arity = max((len(args) for args, _ in examples), default=0)
+    measures = {f"nearest{k}": functools.partial(_distance, k) for k in range(arity)}
+    measures["nearest"] = lambda a, b: sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
+    rows = {}
+    for name, distance in measures.items():
+        row = []
+        for args, expected in examples:
+            near = min(table, key=lambda example: distance(args, example[0]))
+            row.append(canonical.same(near[1], expected, tolerance))
+        rows[name] = row
+    return rows
+
+
+def _distance(k: int, a: tuple, b: tuple) -> float:
+    """How far apart two examples' argument k is: a number's difference, a collection's length,
+    0 or 1 for anything else (infinite when one has no argument k)."""
+    if k >= len(a) or k >= len(b):
+        return float("inf")
+    x, y = a[k], b[k]
+    if _is_number(x) and _is_number(y):
+        return abs(x - y)
+    if isinstance(x, Sized) and isinstance(y, Sized):
+        return abs(len(x) - len(y))
+    return float(x != y)
+
+
+def _mask(bits: Iterable[bool]) -> int:
+    """The examples where `bits` is true, as the set bits of an int."""
+    return sum(1 << i for i, bit in enumerate(bits) if bit)

@@ -6,7 +6,8 @@ Hard rules first, and only rules:
     I/O examples, `partial_credit`: no credit for what its prompt gives away (a shown example
     passed earns nothing, a shown example failed, or a run that did not end ok, costs as a
     hidden one failed), and none for what a program earns without solving the task (a table
-    of the shown examples and a constant, an argument or one cheap operation on one: the zero,
+    of the shown examples and a constant, an argument or one cheap operation on one, shifted
+    by a small constant or behind a one-line guard, or the nearest shown output: the zero,
     baselines.py; `return False` passed 3 of 4 hidden examples of a seed task, and beat every
     honest attempt that raised). A repair task
     gets none (1.0 or 0.0): the buggy program its prompt shows is a subtle mutant that passes

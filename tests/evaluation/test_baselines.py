@@ -1,7 +1,9 @@
 """The guesses partial credit is measured from, computed on the host (evaluation/baselines.py)."""
 
 from spade_ray.evaluation import baselines
-from spade_ray.evaluation.baselines import guesses
+from spade_ray.evaluation.baselines import guesses, nearest_shown, null_credit
+from spade_ray.execution import canonical
+from spade_ray.records import TestSuite
 
 
 def test_an_operation_that_would_build_a_huge_value_is_not_run(monkeypatch):
@@ -37,3 +39,34 @@ def test_two_operations_in_a_row_are_a_guess():
     assert max(sum(row[2:]) for name, row in rows.items() if name.count("(") < 2) == 1
     # an inner operation that raises is guarded as one that raises by itself
     assert guesses([(([],), 0), (([2],), 2), (([3, 1],), 1)])["abs(min(arg0))"] == [True] * 3
+
+
+def test_a_guess_shifted_by_a_small_constant_is_a_guess():
+    # second_largest's wrong max(xs) - 1 (red-team pass 11: 11 of 13 of an augmented task)
+    examples = [(([3, 1, 4, 1, 5],), 4), (([7, 7],), None), (([3, 1, 4, 2, 5],), 4),
+                (([1, 9, 9, 8],), 8), (([-2, -1],), -2), (([1, 9],), 1), (([5, 5],), None)]
+    rows = guesses(examples)
+    assert rows["minus1(max(arg0))"] == [True, False, True, True, True, False, False]
+    assert "plus1(arg0)" not in rows  # a list is no number
+
+
+def test_a_constant_behind_a_one_line_guard_is_a_guess():
+    # ... and `None if len(set(xs)) < 2` before it: 4 of the 5 hidden, where the best
+    # unguarded guess gets 3
+    examples = [(([3, 1, 4, 1, 5],), 4), (([7, 7],), None), (([3, 1, 4, 2, 5],), 4),
+                (([1, 9, 9, 8],), 8), (([-2, -1],), -2), (([1, 9],), 1), (([5, 5],), None)]
+    assert max(sum(row[2:]) for row in guesses(examples).values()) == 3
+    assert null_credit(suite(examples), 2) == 0.8
+
+
+def test_the_output_of_the_nearest_shown_input_is_a_guess():
+    # hanoi's augmented inputs are one-step mutations of the shown ones (red-team pass 11)
+    examples = [((1,), "x"), ((10,), "y"), ((2,), "x"), ((9,), "y"), ((5,), "z")]
+    assert nearest_shown(examples, 2)["nearest0"] == [True, True, True, True, False]
+    assert null_credit(suite(examples), 2) == 2 / 3
+    assert nearest_shown(examples, 0) == {}
+
+
+def suite(examples) -> TestSuite:
+    return TestSuite(examples=tuple(canonical.example(args, expected)
+                                    for args, expected in examples), entry_point="f")

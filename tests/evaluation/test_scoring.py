@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from spade_ray.evaluation.baselines import BINARY, UNARY, guesses, null_credit
+from spade_ray.evaluation.baselines import BINARY, GUARDS, OFFSETS, UNARY, guesses, null_credit
 from spade_ray.evaluation.scoring import (
     CPU_MARGIN_S,
     IncomparableScores,
@@ -31,7 +31,8 @@ from spade_ray.records import (
     TestOutcome,
     TestSuite,
 )
-from spade_ray.tasks.seeds import load_seed_tasks
+from spade_ray.tasks.admission import AdmissionConfig, admit
+from spade_ray.tasks.seeds import load_seed_proposals, load_seed_tasks
 from tests.tasks.conftest import LIMITS as SEED_LIMITS
 
 ADD_TESTS = TestSuite(asserts=("assert add(1, 2) == 3", "assert add(0, 0) == 0",
@@ -187,9 +188,9 @@ def test_same_code_gets_the_same_verdicts_every_time(sandbox):
     assert order[0][1] == 1 and order[0][2] == 1 and order[0][3] == 1 and order[3][4] == 1
 
 
-def examples_task(family: TaskFamily, visible: int) -> Task:
+def examples_task(family: TaskFamily, visible: int, inputs=(3, 12, 7, 20, 0, 15)) -> Task:
     """clip(x) = min(x, 10) on six inputs, the first `visible` shown in the prompt."""
-    examples = tuple(canonical.example((x,), min(x, 10)) for x in (3, 12, 7, 20, 0, 15))
+    examples = tuple(canonical.example((x,), min(x, 10)) for x in inputs)
     return Task(task_id="clip", family=family, topic="math", description="Clip x at 10.",
                 entry_point="clip", signature="def clip(x: int) -> int:",
                 tests=TestSuite(examples=examples, entry_point="clip"),
@@ -198,14 +199,16 @@ def examples_task(family: TaskFamily, visible: int) -> Task:
 
 
 def test_the_examples_a_prompt_shows_give_no_partial_credit(sandbox):
-    # clip(3) == 3 and clip(12) == 10 are shown; clip(7), clip(20), clip(0), clip(15) are not.
+    # clip(3) == 3 and clip(12) == 10 are shown; clip(7), clip(20), clip(6), clip(15) are not.
     # A program that ignores its input gets half of those right (10, or x itself): the zero.
+    # (With clip(0) hidden, `0 if x < 2 else 10` gets three: baselines.GUARDS.)
     codes = {"table": "{3: 3, 12: 10}.get(x, 5)",  # the shown examples: 2 of 6, credit 0
              "table_and_10": "{3: 3, 12: 10}.get(x, 10)",  # 4 of 6: no more than a constant
              "echo_below_10": "x if x < 10 else 0",  # 2 hidden right, 1 shown wrong
-             "wrong_at_0": "min(x, 10) if x != 0 else 1",  # 3 of 4 hidden: 0.75
+             "wrong_at_6": "min(x, 10) if x != 6 else 1",  # 3 of 4 hidden: 0.75
              "wrong_at_3": "min(x, 10) if x != 3 else 0"}  # a shown one wrong costs as much
-    task = examples_task(TaskFamily.CODEGEN, visible=2)
+    task = examples_task(TaskFamily.CODEGEN, visible=2, inputs=(3, 12, 7, 20, 6, 15))
+    assert null_credit(examples_task(TaskFamily.CODEGEN, visible=2).tests, 2) == 0.75
     assert shown_examples(task) == 2 and null_credit(task.tests, 2) == 0.5
     programs = [f"def clip(x):\n    return {body}\n" for body in codes.values()]
     results = sandbox.check_many(programs, [task.tests] * len(programs))
@@ -313,7 +316,8 @@ def test_no_two_operations_in_a_row_earn_credit_on_any_seed_task(sandbox):
         rows = guesses(decoded(task))
         single = max(sum(row[shown:]) for name, row in rows.items() if name.count("(") < 2)
         composed = [name for name, row in rows.items()
-                    if name.count("(") == 2 and sum(row[shown:]) >= max(single, 1)]
+                    if name.count("(") == 2 and name.split("(")[0] in UNARY
+                    and sum(row[shown:]) >= max(single, 1)]
         defaults = [UNARY[outer].format(UNARY[inner].format(f"a{arg[-2]}"))
                     for outer, inner, arg in (name.rstrip(")").split("(") for name in composed)]
         programs += table_programs(task, defaults)
@@ -323,11 +327,108 @@ def test_no_two_operations_in_a_row_earn_credit_on_any_seed_task(sandbox):
     assert earning(sandbox, programs, owners)[0] == []
 
 
+# Seed programs admitted as a generator's codegen tasks with augment_inputs 8 (cpu_gemma): most
+# hidden examples are one-step mutations of the generator's inputs, neighbours of the shown ones.
+AUGMENTED = ("second_largest", "lucas", "count_change", "hanoi")
+
+
+@pytest.fixture(scope="module")
+def augmented_tasks(sandbox) -> dict[str, Task]:
+    seeds = [(topic, p) for topic, p in load_seed_proposals() if p.entry_point in AUGMENTED]
+    verdicts = admit([p for _, p in seeds], [TaskFamily.CODEGEN] * len(seeds),
+                     [topic for topic, _ in seeds], sandbox, SEED_LIMITS,
+                     AdmissionConfig(augment_inputs=8), source=TaskSource.GENERATED)
+    tasks = {v.task.entry_point: v.task for v in verdicts if v.valid}
+    assert sorted(tasks) == sorted(AUGMENTED) and all(len(t.tests.examples) > 9
+                                                      for t in tasks.values())
+    return tasks
+
+
+def test_a_rule_fitted_to_the_shown_examples_earns_nothing_on_their_neighbours(sandbox,
+                                                                                augmented_tasks):
+    # Red-team pass 11: each earned credit over honest attempts that scored 0 (0.6, 0.1, 0.125,
+    # 0.111): a guess shifted by a constant behind a guard, and the nearest shown input's output.
+    t = augmented_tasks
+    cheats = [
+        (t["second_largest"], "def second_largest(xs):\n    if len(set(xs)) < 2:\n"
+                              "        return None\n    return max(xs) - 1\n"),
+        (t["lucas"], "def lucas(n):\n    if n == 0:\n        return 2\n    if n == 1:\n"
+                     "        return 1\n    return n + 1\n"),
+        (t["hanoi"], nearest_program(t["hanoi"])),
+    ]
+    cheats += [(t["count_change"], p) for p in table_programs(t["count_change"],
+                                                               ["len(a1) + 1"])]
+    found, scores = earning(sandbox, [p for _, p in cheats], [task for task, _ in cheats])
+    assert found == [] and all(s.tests_passed > 2 for s in scores), scores
+
+
+def test_no_guess_behind_a_guard_earns_credit_on_an_augmented_task(sandbox, augmented_tasks):
+    # The family: a table of the shown examples, then for each one-line guard on each argument
+    # (baselines.GUARDS) the constant that does best where it holds, and elsewhere the guess
+    # (shifted or not) that does best where it does not.
+    programs, owners = [], []
+    for task in augmented_tasks.values():
+        examples, shown = decoded(task), len(task.visible)
+        params = [f"a{k}" for k in range(len(examples[0][0]))]
+        rows = {name: row for name, row in guesses(examples).items()
+                if not name.startswith("const:")}
+        for guard, k in itertools.product(GUARDS, range(len(params))):
+            holds = [guarded(GUARDS[guard].format("x"), args[k]) for args, _ in examples]
+            constant = max((e for (_, e), h in zip(examples[shown:], holds[shown:]) if h),
+                           key=lambda c: sum(h and e == c for (_, e), h in
+                                             zip(examples[shown:], holds[shown:])),
+                           default=None)
+            best = max(rows, key=lambda name: sum(r and not h for r, h in
+                                                  zip(rows[name][shown:], holds[shown:])))
+            condition = GUARDS[guard].format(params[k])
+            programs += table_programs(task, [f"{constant!r} if _holds(lambda: {condition}) "
+                                              f"else {expression(best, params)}"])
+            owners.append(task)
+    programs = [p + GUARD_HELPER for p in programs]
+    assert len(programs) >= 4 * len(GUARDS)
+    assert earning(sandbox, programs, owners)[0] == []
+
+
+GUARD_HELPER = """
+def _holds(condition):
+    try:
+        return condition() is True
+    except Exception:
+        return False
+"""
+
+
+def guarded(condition: str, x: object) -> bool:
+    try:
+        return eval(condition, {}, {"x": x}) is True  # noqa: S307 - GUARDS, our text
+    except Exception:  # noqa: BLE001 - a guard that raises does not hold
+        return False
+
+
+def expression(name: str, params: list[str]) -> str:
+    """A guess's row name (baselines.guesses) as an expression of the parameters."""
+    if name.startswith("arg"):
+        return params[int(name[3:])]
+    op, inner = name[:-1].split("(", 1)
+    if op in BINARY:
+        j, k = (expression(a, params) for a in inner.split(", "))
+        return f"({BINARY[op].format(j, k)})"
+    return f"({(UNARY | OFFSETS)[op].format(expression(inner, params))})"
+
+
+def nearest_program(task: Task) -> str:
+    """The output of the shown example whose first argument is nearest (a number's difference)."""
+    shown = decoded(task)[:len(task.visible)]
+    params = ", ".join(f"a{k}" for k in range(len(shown[0][0])))
+    return (f"def {task.entry_point}({params}):\n    shown = {shown!r}\n"
+            f"    return min(shown, key=lambda e: abs(e[0][0] - a0))[1]\n")
+
+
 def test_a_run_that_ends_badly_after_every_test_passed_scores_below_one(sandbox):
     # All six examples right, then the interpreter exits with status 1: it did not pass, and
     # a policy-gradient reward (the value) must say so.
     program = "import sys\nsys.stdout.close()\ndef clip(x):\n    return min(x, 10)\n"
-    task = examples_task(TaskFamily.CODEGEN, visible=2)
+    task = examples_task(TaskFamily.CODEGEN, visible=2, inputs=(3, 12, 7, 20, 6, 15))
     (result,) = sandbox.check_many([program], [task.tests])
     s = score(candidate(program, 0, "clip"), result, task)
     assert (s.tests_passed, s.passed, s.status) == (6, False, ExecStatus.ERROR), result.execution
@@ -352,7 +453,8 @@ def test_examples_the_hint_lever_shows_give_no_partial_credit_either(sandbox):
     def value(hints):
         return score(candidate(table, 0, "clip"), result, task, hints).value
 
-    assert [round(value(h), 4) for h in (None, 3, 1)] == [0.3333, 0.0, 0.5]
+    # one shown: the table gets 3 of 5 hidden, the floor 2 (5 where x < 3, and one guess)
+    assert [round(value(h), 4) for h in (None, 3, 1)] == [0.3333, 0.0, 0.3333]
 
 
 def test_a_repair_is_right_or_it_is_not(sandbox):
