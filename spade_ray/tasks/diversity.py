@@ -1,6 +1,7 @@
 """Duplicate tasks: a weak generator mostly copies its few-shot examples with a new name.
 
-Exact copies: the normalised-AST hash (names, docstrings, annotations and layout do not count).
+Exact copies: the normalised-AST hash (names, annotations, layout and statements that do nothing,
+docstrings among them, do not count).
 
 Near-duplicates: character 5-gram shingles (Broder, "On the resemblance and containment of
 documents", 1997), whichever is higher of the resemblance (Jaccard index) of the reference
@@ -74,29 +75,47 @@ def most_similar(task: Task, pool: list[Task]) -> tuple[Task | None, float]:
 
 
 def normalised_hash(reference: str) -> str:
-    """Same for programs that differ only in names, docstrings, comments and layout."""
+    """Same for programs that differ only in names, annotations, comments, layout and
+    statements that do nothing (docstrings, padding strings, `pass`, code after a `return`)."""
     tree = _renamed(ast.parse(reference))
     return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()[:16]
 
 
 def _renamed(tree: ast.Module) -> ast.Module:
     """`tree` (changed in place) with every name it binds renamed v0, v1... in order of
-    appearance, and without docstrings and annotations."""
+    appearance, and without annotations or statements that do nothing (`_live`)."""
     names: dict[str, str] = {}
 
     def rename(name: str) -> str:
         return names.setdefault(name, f"v{len(names)}")
 
+    for node in ast.walk(tree):  # first, so that dead code takes no name's number
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                setattr(node, field, _live(block) or [ast.Pass()])
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             node.name = rename(node.name)
-            if (node.body and isinstance(node.body[0], ast.Expr)
-                    and isinstance(node.body[0].value, ast.Constant)
-                    and isinstance(node.body[0].value.value, str)):
-                node.body = node.body[1:] or [ast.Pass()]
             node.returns = None
         elif isinstance(node, ast.arg):
             node.arg, node.annotation = rename(node.arg), None
         elif isinstance(node, ast.Name) and not hasattr(builtins, node.id):
             node.id = rename(node.id)
     return tree
+
+
+def _live(block: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of `block` that can do something: none that is a bare constant (a
+    docstring, or a string that pads the code: red-team pass 11 made every seed new to the
+    hash, and 0.42 similar at most, with one sentence as a statement after its first) or `pass`,
+    and none after a `return`, `raise`, `break` or `continue`."""
+    live = []
+    for statement in block:
+        if isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr)
+                                               and isinstance(statement.value, ast.Constant)):
+            continue
+        live.append(statement)
+        if isinstance(statement, (ast.Return, ast.Raise, ast.Break, ast.Continue)):
+            break
+    return live

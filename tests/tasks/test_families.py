@@ -11,7 +11,7 @@ from spade_ray.execution import canonical
 from spade_ray.records import TaskFamily
 from spade_ray.tasks import candidate_program, executable
 from spade_ray.tasks.admission import AdmissionConfig
-from spade_ray.tasks.diversity import most_similar
+from spade_ray.tasks.diversity import most_similar, normalised_hash
 from spade_ray.tasks.families import shown_call, shown_examples, solver_prompt
 from spade_ray.tasks.format import parse_proposal
 from spade_ray.tasks.prompting import (
@@ -236,9 +236,15 @@ def test_a_renamed_copy_of_a_seed_is_a_near_duplicate(seeds):
     assert most_similar(word_counts, others)[1] < 0.5
 
 
+PADDING = ("Walk through the input from the front to the back, keeping every intermediate "
+           "result in local variables, and only build the final answer once the walk is "
+           "complete so that no partial state is ever returned to the caller by mistake.")
+
+
 def disguised(task) -> str:
     """A seed as a generator might copy it: every name it binds renamed, its last return
-    through a variable, a sentence before its description (red-team pass 10)."""
+    through a variable, a sentence before its description (red-team pass 10), a sentence as a
+    statement after its first and a `pass` (red-team pass 11: similarity 0.42 at most)."""
     tree = ast.parse(task.reference)
     bound = {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)} | {
         n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)} | {
@@ -252,6 +258,7 @@ def disguised(task) -> str:
     if isinstance(entry.body[-1], ast.Return) and entry.body[-1].value is not None:
         entry.body[-1:] = [ast.Assign([ast.Name("result", ast.Store())], entry.body[-1].value),
                            ast.Return(ast.Name("result", ast.Load()))]
+    entry.body[1:1] = [ast.Expr(ast.Constant(PADDING)), ast.Pass()]
     code = ast.unparse(ast.fix_missing_locations(tree))
     calls = "\n".join(f"my_{task.entry_point}({', '.join(map(repr, canonical.decode(e.args)))})"
                       for e in task.tests.examples)
@@ -265,11 +272,32 @@ def test_every_seed_disguised_is_a_near_duplicate_and_no_seed_is_one_of_another(
     codegen = [t for t in seeds if t.family is TaskFamily.CODEGEN]
     for task in codegen:
         copy = parse_proposal(disguised(task))
-        assert copy.entry_point != task.entry_point and copy.reference != task.reference
+        assert copy.entry_point != task.entry_point and PADDING in copy.reference
         match, similarity = most_similar(copy, codegen)
         assert match is task and similarity >= 0.8, (task.entry_point, similarity)
         others = [t for t in codegen if t is not task]
         assert most_similar(task, others)[1] < 0.8, task.entry_point
+
+
+def test_code_that_does_nothing_hides_no_copy(seeds):
+    # Red-team pass 11: a seed's code with one sentence as a statement after its first, under a
+    # re-worded description, was a new task to the hash and to near-duplicates (0.42 at most).
+    codegen = [t for t in seeds if t.family is TaskFamily.CODEGEN]
+    for task in codegen:
+        tree = ast.parse(task.reference)
+        entry = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
+                     and n.name == task.entry_point)
+        entry.body[1:1] = [ast.Expr(ast.Constant(PADDING))]
+        copy = dataclasses.replace(task, reference=ast.unparse(tree),
+                                   description="An exercise on its own, unlike any other one.")
+        assert normalised_hash(copy.reference) == normalised_hash(task.reference)
+        assert most_similar(copy, codegen) == (task, pytest.approx(1.0)), task.entry_point
+    padded = ('def f(xs):\n    """Sum."""\n    total = 0\n    "pad"\n    pass\n'
+              '    for x in xs:\n        total += x\n        continue\n        print(x)\n'
+              '    return total\n    unreachable = 1\n')
+    assert normalised_hash(padded) == normalised_hash(
+        "def g(ys):\n    s = 0\n    for y in ys:\n        s += y\n        continue\n"
+        "    return s\n")
 
 
 def test_a_predict_prompt_shows_the_program_without_comments_or_docstrings(seeds):
