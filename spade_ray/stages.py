@@ -23,6 +23,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 
 from spade_ray.evaluation import humaneval, needs_rerun, score_many
+from spade_ray.evaluation.scoring import shown_examples
 from spade_ray.execution import Executor
 from spade_ray.preferences import build_groups, build_pairs
 from spade_ray.preferences.generator import (
@@ -44,6 +45,7 @@ from spade_ray.records import (
     Score,
     Task,
     TaskFamily,
+    Verdict,
 )
 from spade_ray.rollout.actor import RoleEngines
 from spade_ray.rollout.sampling import TokenBudgetExceeded, TokenMeter, sample_distinct
@@ -277,9 +279,25 @@ class Scored:
     rated: int  # draws (Candidate.draws) with a verdict (not sandbox_error), tasks not flaky
     passed: int  # of those, how many passed every test
     controls: Controls = Controls()  # the batch's flaky tasks make no items
-    # predict tasks whose candidates split between the right answer and one other
-    # (generator.two_answers): their generator outputs earn no band reward
+    # tasks whose candidates split between the right answer and one other (generator.
+    # two_answers, of their `behaviour`s): their generator outputs earn no band reward
     two_answers: frozenset[str] = frozenset()
+
+
+def behaviour(task: Task, candidate: Candidate, check: CheckResult, shown: int) -> str | None:
+    """What a candidate answered, for generator.two_answers: a predict task's literal, or a
+    reading of the task: the verdict on each example of a program that fits every example its
+    prompt showed (`shown`; red-team pass 11: 'the middle element', shown on odd lengths and
+    graded on even ones, split a solver between two readings and paid its generator 0.68 at
+    K = 4). None for any other program (one that crashed, or fails what it was shown, read
+    nothing of the task: each of its draws counts as an answer of its own)."""
+    if task.family is TaskFamily.PREDICT:
+        return candidate.code
+    verdicts = {o.name: o.outcome for o in check.outcomes}
+    if not verdicts or any(verdicts.get(f"example[{i}]") is not Verdict.PASSED
+                           for i in range(shown)):
+        return None
+    return repr(tuple(o.outcome.value for o in check.outcomes))
 
 
 def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: float,
@@ -299,13 +317,15 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
         if task.task_id in flaky:
             continue
         mine = [(c, s) for c, s in zip(solutions.candidates, scores) if c.task_id == task.task_id]
-        verdicts = [(c, s) for c, s in mine if not needs_rerun(s)]
+        verdicts = [(c, s, r) for c, s, r in zip(solutions.candidates, scores, checks)
+                    if c.task_id == task.task_id and not needs_rerun(s)]
         if verdicts:
-            rates[task.task_id] = (sum(c.draws * s.passed for c, s in verdicts)
-                                   / sum(c.draws for c, _ in verdicts))
-        if task.family is TaskFamily.PREDICT and two_answers(
-                [c.code for c, _ in verdicts for _ in range(c.draws)],
-                [s.passed for c, s in verdicts for _ in range(c.draws)]):
+            rates[task.task_id] = (sum(c.draws * s.passed for c, s, _ in verdicts)
+                                   / sum(c.draws for c, _, _ in verdicts))
+        shown = shown_examples(task, solutions.hints)
+        answers = [(behaviour(task, c, r, shown) or f"own:{c.candidate_id}:{k}", s.passed)
+                   for c, s, r in verdicts for k in range(c.draws)]
+        if two_answers([a for a, _ in answers], [ok for _, ok in answers]):
             split.add(task.task_id)
         pairs += build_pairs(task, prompt, [c for c, _ in mine], [s for _, s in mine],
                              task.generator_version, margin=pair_margin)
@@ -334,7 +354,7 @@ def reward_generator(chunk: GeneratedChunk, pass_rates: Mapping[str, float],
     outputs numbered from `first_index` (the round's outputs so far, in the order chunks
     complete: a killed round's rows are discarded before it re-runs, so numbers repeat). An
     output whose task turned out `flaky` (`control`) is rewarded as admission's rejections
-    are, and its outcome says "flaky"; one whose predict task's candidates `split` between
+    are, and its outcome says "flaky"; one whose task's candidates `split` between
     two answers (Scored.two_answers) gets no band reward (its task stays admitted)."""
     rewarded = []
     for i, item in enumerate(chunk.inputs):

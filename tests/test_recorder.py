@@ -8,9 +8,18 @@ from types import SimpleNamespace
 import pytest
 
 from spade_ray import stages
+from spade_ray.execution import canonical
 from spade_ray.preferences.generator import REJECTED_REWARD
 from spade_ray.recorder import Recorder, round_line
-from spade_ray.records import Completion, ExecStatus, Limits, SamplingParams, TaskFamily
+from spade_ray.records import (
+    Completion,
+    ExecStatus,
+    Limits,
+    SamplingParams,
+    TaskFamily,
+    TestOutcome,
+    TestSuite,
+)
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.tasks.templates import load_prompts
 from spade_ray.tracking import MetricsSink, TraceStore, Versions
@@ -106,6 +115,35 @@ def test_a_pass_rate_counts_every_draw_not_every_distinct_text():
     scored = stages.score(batch, checks, pair_margin=0.0, with_groups=False)
     assert scored.pass_rates == {task.task_id: 0.9} and (scored.rated, scored.passed) == (10, 9)
     assert len(scored.pairs) == 1  # the items to learn from stay one per distinct text
+
+
+@pytest.mark.parametrize("wrong, split", [
+    ((("passed", "passed", "failed"), ("passed", "passed", "failed")), True),  # one reading
+    ((("passed", "passed", "failed"), ("passed", "failed", "passed")), False),  # two
+    ((("failed", "passed", "failed"), ("failed", "passed", "failed")), False),  # unfit: it
+    # fails what the prompt showed
+    (((), ()), False),  # two crashes before the tests: no reading of the task
+])
+def test_a_program_task_split_between_two_readings_is_told(wrong, split):
+    # Red-team pass 11: 'the middle element', shown on odd lengths and graded on even ones: a
+    # solver picking between the two readings paid its generator 0.68 at K = 4 (it is the
+    # predict coin flip with a program's verdicts for its answer: stages.behaviour)
+    examples = tuple(canonical.example((x,), x // 2) for x in (3, 4, 6))
+    task = dataclasses.replace(f.task(), tests=TestSuite(examples=examples, entry_point="f"),
+                               visible=examples[:1])  # example[0] was shown
+    candidates = tuple(dataclasses.replace(f.candidate(index=i), code=f"program {i}")
+                       for i in range(4))
+    right = dataclasses.replace(f.check(passed=True), outcomes=outcomes(("passed",) * 3))
+    checks = [right, right] + [dataclasses.replace(f.check(passed=False), outcomes=outcomes(w))
+                               for w in wrong]
+    batch = stages.Solutions((task,), ("p",), candidates, 4, 0.0)
+    scored = stages.score(batch, checks, pair_margin=0.0, with_groups=False)
+    assert scored.pass_rates == {task.task_id: 0.5}
+    assert scored.two_answers == ({task.task_id} if split else set())
+
+
+def outcomes(verdicts) -> tuple[TestOutcome, ...]:
+    return tuple(TestOutcome(f"example[{i}]", v, "", 0.001) for i, v in enumerate(verdicts))
 
 
 def test_a_predict_task_split_between_two_answers_pays_its_generator_no_band_reward(record):

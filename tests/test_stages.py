@@ -58,14 +58,15 @@ def test_a_task_whose_reference_fails_its_own_tests_now_is_flaky(sandbox):
 
 
 def test_what_the_hint_lever_showed_earns_no_partial_credit(sandbox):
-    # f(x) = 2x on six inputs, two visible; at hints 3 the prompt showed the first three
-    examples = tuple(canonical.example((x,), 2 * x) for x in range(6))
+    # f(x) = x * x + 1 on six inputs, two visible; at hints 3 the prompt showed the first three
+    # (not 2x, one of the floor's guesses, nor inputs below 3, where one is a guard's: GUARDS)
+    examples = tuple(canonical.example((x,), x * x + 1) for x in range(10, 16))
     task = dataclasses.replace(f.task(), task_id="double", family=TaskFamily.CODEGEN,
-                               entry_point="f", reference="def f(x):\n    return x * 2\n",
+                               entry_point="f", reference="def f(x):\n    return x * x + 1\n",
                                tests=TestSuite(examples=examples, entry_point="f"),
                                visible=examples[:2], most_shown=3)
-    table = dataclasses.replace(f.candidate("double"),
-                                code="def f(x):\n    return {0: 0, 1: 2, 2: 4, 3: 6}.get(x, -1)\n")
+    table = dataclasses.replace(f.candidate("double"), code=(
+        "def f(x):\n    return {10: 101, 11: 122, 12: 145, 13: 170}.get(x, -1)\n"))
     checks = sandbox.check_many([table.code], [task.tests], limits=TEST_LIMITS)
 
     def value(hints):

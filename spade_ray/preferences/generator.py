@@ -11,10 +11,12 @@ rate p on it (K candidates):
     azr   1 - p          for 0 < p < 1, else 0   (Absolute Zero's proposer reward)
 
 Both give nothing for a task nobody solves or everybody solves: neither teaches the solver, and
-nothing for a predict task whose candidates split between the right answer and one other
+nothing for a task whose candidates split between the right answer and one other
 (`two_answers`): which of two answers is right decided their verdicts, which is what a coin flip
 the solver cannot compute looks like (`n * n + bit`, a bit from a scrambled seed: admission's
-guesses model some readable parts, this needs none). An honest question with one common trap
+guesses model some readable parts, this needs none). A program's answer is its verdict on each
+example (stages.behaviour): a description with two readings that only hidden examples tell
+apart is a coin flip too. An honest question with one common trap
 looks the same and loses its band reward too: the price of never paying for a coin flip. The
 default is `band` because the project's target is the zone of proximal development (a pass rate
 of 30-70%): it peaks at p = 0.5 and is symmetric, where `azr` peaks at the hardest solvable task
@@ -59,8 +61,9 @@ def generator_reward(admitted: bool, executed: bool, pass_rate: float | None,
 
 
 def two_answers(answers: Sequence[str], passed: Sequence[bool]) -> bool:
-    """Whether a predict task's rated candidates (`answers`: their literals) split between the
-    right answer and one other that two or more of them gave, compared as data."""
+    """Whether a task's rated draws (`answers`: a predict literal, or a program's verdicts,
+    stages.behaviour) split between the right answer and one other that two or more of them
+    gave, compared as data."""
     wrong = {_value(a) for a, ok in zip(answers, passed) if not ok}
     failed = sum(not ok for ok in passed)
     return any(passed) and failed >= 2 and len(wrong) == 1

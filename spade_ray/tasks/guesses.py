@@ -145,10 +145,11 @@ def _written(answer, texts: Sequence[str]) -> bool:
 
 
 def _picked(args: tuple, expected: str, params: Sequence[str]) -> str | None:
-    """`item_<param>` when the answer is an item (a dict's key or value) of an argument with
-    at most FEW_ANSWERS distinct ones: a guess among them passes a third of the time."""
+    """`item_<param>` when the answer is an item (a dict's key or value, a string's character)
+    of an argument with at most FEW_ANSWERS distinct ones: a guess among them passes a third
+    of the time (red-team pass 11: `s[h % len(s)]` of 'uvw' was admitted)."""
     for i, arg in enumerate(args):
-        if type(arg) in (list, tuple, set, frozenset):
+        if type(arg) in (list, tuple, set, frozenset, str):
             items = list(arg)
         elif type(arg) is dict:
             items = [*arg, *arg.values()]

@@ -174,6 +174,10 @@ def test_the_always_equal_object_never_passes(sandbox):
      "    return xs[h % len(xs)]",
      "f([13, 2, 40])\nf([5, 9, 31])\nf([8, 21, 3])\nf([17, 4, 6])\nf([11, 29, 14])",
      "trivial_passes:item_xs"),
+    # ... or a character of a short string argument (red-team pass 11)
+    ("def f(s: str) -> str:\n    h = sum(ord(c) * 7919 for c in s) % 97\n"
+     "    return s[h % len(s)]",
+     "f('abc')\nf('xyz')\nf('pqr')\nf('def')\nf('uvw')", "trivial_passes:item_s"),
     # too few answers to see a coin flip: h % 3 on four inputs
     ("def f(n: int) -> int:\n    return (n * 7919 + 1007) % 3 + 2",
      "f(5)\nf(17)\nf(44)\nf(123)", "few_examples"),
