@@ -251,11 +251,12 @@ def solve_execute_score(run: Run, record: RoundRecord, budget: Budget, tasks: Se
         solutions = run.solving.solve(tasks, record.index, budget.solver, hints=hints)
         started = time.monotonic()
         checks = stages.execute(run.executor, solutions, run.limits)
+        record.executed(solutions, checks)
         controls = stages.control(run.executor, solutions.tasks, run.limits)
         scored = stages.score(solutions, checks, run.loop.pair_margin,
                               with_groups=run.on_groups, controls=controls)
         record.timed("execute", time.monotonic() - started)
-        record.solved(solutions, checks, scored, generated)
+        record.solved(solutions, scored, generated)
 
     return not tasks or _attempt(record, "solve", step)
 

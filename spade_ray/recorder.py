@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,12 +53,27 @@ class Recorder:
             dropped = self.store.discard_incomplete(start)
             if dropped:
                 print(f"resume: discarded {dropped} rows of unfinished round {start}", flush=True)
+            self._discard_pairs(start)
         if last is None:
             return start, None
         print(f"resume: rounds 0..{last} already completed in {self.run_dir}", flush=True)
         for metrics in self.store.round_metrics():
             self.sink.log(metrics)
         return start, self.store.round_state(last)
+
+    def _discard_pairs(self, start: int) -> None:
+        """Delete the pairs files (and their exported datasets) of rounds from `start` on: the
+        pairs of a killed attempt, which the trace discards with its rows, would otherwise stay
+        in the dataset TRL loads, and the round's next attempt would append to them (red-team
+        pass 11)."""
+        for path in (self.run_dir / "pairs").glob("round_*"):
+            number = path.name.removeprefix("round_").removesuffix(".jsonl")
+            if not number.isdigit() or int(number) < start:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
 
     def start_round(self, index: int, versions: Versions, outputs: int | None = None
                     ) -> RoundRecord:
@@ -122,10 +138,10 @@ class RoundRecord:
         self.new_tasks += chunk.valid_tasks
         self.progress.advance(generated=len(chunk.inputs))
 
-    def solved(self, solutions: Solutions, checks: Sequence[CheckResult], scored: Scored,
-               generated: bool) -> None:
-        """A batch's candidates, executions, scores and pairs; `generated`: its tasks are this
-        round's new ones (not replayed seeds or archive)."""
+    def executed(self, solutions: Solutions, checks: Sequence[CheckResult]) -> None:
+        """A batch's candidates and their executions, written as soon as they exist: a scorer
+        that fails after them loses no sandbox work (red-team pass 11: a failing step after
+        execution left a round's candidates nowhere in the trace)."""
         store, v = self.recorder.store, self.versions
         candidates = solutions.candidates
         for task in solutions.tasks:  # replayed seeds and archive too (a new task: a no-op)
@@ -133,15 +149,21 @@ class RoundRecord:
         store.record_candidates(self.index, candidates, v)
         store.record_executions(self.index, [(c.candidate_id, c.task_id, r)
                                              for c, r in zip(candidates, checks)], v)
-        store.record_scores(self.index, scored.scores, v)
-        self._add_pairs(scored.pairs, scored.groups)
         self.timed("solve", solutions.solve_s)
         self.sampled += solutions.sampled
         self.distinct += len(candidates)
-        self.sandbox_cpu_s += sum(c.execution.cpu_s for c in checks) + scored.controls.cpu_s
+        self.sandbox_cpu_s += sum(c.execution.cpu_s for c in checks)
         self.sandbox_reruns += sum(c.execution.attempts > 1 for c in checks)
         self.sandbox_errors += sum(c.execution.status is ExecStatus.SANDBOX_ERROR for c in checks)
         self.hack_suspects += sum(bool(c.suspicion) for c in checks)
+        self.progress.advance(solved=len(solutions.tasks), executed=len(candidates))
+
+    def solved(self, solutions: Solutions, scored: Scored, generated: bool) -> None:
+        """An executed batch's scores and pairs; `generated`: its tasks are this round's new
+        ones (not replayed seeds or archive)."""
+        self.recorder.store.record_scores(self.index, scored.scores, self.versions)
+        self._add_pairs(scored.pairs, scored.groups)
+        self.sandbox_cpu_s += scored.controls.cpu_s
         self.flaky |= scored.controls.flaky
         self.two_answers |= scored.two_answers
         self.task_pass_rates.update(scored.pass_rates)
@@ -153,7 +175,6 @@ class RoundRecord:
         if generated:
             self.new_task_candidates += scored.rated
             self.new_task_passed += scored.passed
-        self.progress.advance(solved=len(solutions.tasks), executed=len(candidates))
 
     def rewarded(self, rewards: GeneratorRewards) -> None:
         """A chunk's generator outputs with their rewards, and the generator's pairs."""

@@ -9,12 +9,14 @@ import pytest
 
 from spade_ray import stages
 from spade_ray.execution import canonical
+from spade_ray.preferences import read_jsonl
 from spade_ray.preferences.generator import REJECTED_REWARD
 from spade_ray.recorder import Recorder, round_line
 from spade_ray.records import (
     Completion,
     ExecStatus,
     Limits,
+    RoundState,
     SamplingParams,
     TaskFamily,
     TestOutcome,
@@ -23,6 +25,7 @@ from spade_ray.records import (
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.tasks.templates import load_prompts
 from spade_ray.tracking import MetricsSink, TraceStore, Versions
+from tests.scripted import run_scripted
 from tests.tracking import factories as f
 
 
@@ -55,7 +58,8 @@ def record(tmp_path):
 def solved(record, checks):
     batch = solutions(len(checks))
     scored = stages.score(batch, checks, pair_margin=0.0, with_groups=False)
-    record.solved(batch, checks, scored, generated=True)
+    record.executed(batch, checks)
+    record.solved(batch, scored, generated=True)
     meters = {"generator": TokenMeter("generator"), "solver": TokenMeter("solver")}
     return scored, record.metrics(None, 0, None, meters, 1.0)
 
@@ -82,7 +86,8 @@ def test_a_flaky_tasks_candidates_are_traced_but_neither_paired_nor_rated(record
                           controls=stages.Controls(frozenset({"t0"}), cpu_s=0.5))
     assert (scored.pairs, scored.groups, scored.pass_rates) == ((), (), {})
     assert (scored.rated, scored.passed) == (0, 0) and len(scored.scores) == 3
-    record.solved(batch, checks, scored, generated=True)
+    record.executed(batch, checks)
+    record.solved(batch, scored, generated=True)
     meters = {"generator": TokenMeter("generator"), "solver": TokenMeter("solver")}
     metrics = record.metrics(None, 0, None, meters, 1.0)
     assert (metrics.flaky_tasks, metrics.pairs, metrics.new_task_candidates) == (1, 0, 0)
@@ -158,7 +163,8 @@ def test_a_predict_task_split_between_two_answers_pays_its_generator_no_band_rew
     scored = stages.score(batch, checks, pair_margin=0.0, with_groups=False)
     assert scored.two_answers == {task.task_id} and scored.pass_rates == {task.task_id: 0.5}
     assert (scored.rated, scored.passed) == (4, 2)
-    record.solved(batch, checks, scored, generated=True)
+    record.executed(batch, checks)
+    record.solved(batch, scored, generated=True)
     output = dataclasses.replace(f.generator_input(), task_id=task.task_id, family="predict",
                                  reward=None, pass_rate=None)
     (item,) = stages.reward_generator(chunk_with([output]), scored.pass_rates,
@@ -238,3 +244,44 @@ def test_every_task_the_solver_attempts_is_in_the_trace(record):
     db = sqlite3.connect(record.recorder.run_dir / "trace.sqlite")
     joined = db.execute("SELECT COUNT(*) FROM candidates c JOIN tasks t USING (task_id)")
     assert joined.fetchone()[0] == 2
+
+
+def test_a_killed_rounds_pairs_leave_the_pairs_files_on_resume(tmp_path):
+    # Red-team pass 11: a round killed after its first pairs kept them in pairs/round_001.jsonl
+    # and in the dataset exported from it, though the trace discarded them, and its next
+    # attempt appended its own.
+    store = TraceStore(tmp_path / "trace.sqlite", "run")
+    sink = MetricsSink(tmp_path, "run", {}, wandb_mode="disabled")
+    recorder = Recorder("run", tmp_path, store, sink)
+    for index in (0, 1):
+        record = recorder.start_round(index, Versions(0, 0))
+        record._add_pairs([f.pair(f"t{index}")], [])
+        record.export_pairs()
+        if index == 0:
+            recorder.complete(f.metrics(0), RoundState())
+    assert store.pairs(1)  # the killed attempt's row
+    assert recorder.resume(rounds=3)[0] == 1 and not store.pairs(1)
+    assert sorted(p.name for p in (tmp_path / "pairs").iterdir()) == ["round_000",
+                                                                      "round_000.jsonl"]
+    record = recorder.start_round(1, Versions(0, 0))
+    record._add_pairs([f.pair("t2")], [])
+    assert [p.task_id for p in read_jsonl(record.pairs_file)] == ["t2"]
+    sink.close()
+    store.close()
+
+
+def test_a_batch_whose_scoring_fails_keeps_its_candidates_and_executions(sandbox, tmp_path,
+                                                                         monkeypatch):
+    # Red-team pass 11: candidates and executions were written after scoring, so a scorer that
+    # raised left the sampled and executed batch nowhere in the trace.
+    def fails(*_args, **_kwargs):
+        raise ValueError("the scorer broke")
+
+    monkeypatch.setattr(stages, "score", fails)
+    (metrics,), _, _ = run_scripted(sandbox, tmp_path, "healthy", rounds=1)
+    db = sqlite3.connect(tmp_path / "trace.sqlite")
+    counts = {table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+              for table in ("candidates", "executions", "scores")}
+    assert counts["candidates"] == counts["executions"] > 0 and counts["scores"] == 0
+    assert any(reason.startswith("stage_failed:solve:ValueError")
+               for reason, _ in metrics.rejection_reasons)

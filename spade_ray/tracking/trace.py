@@ -31,20 +31,24 @@ With `keep_text_rounds` / `max_bytes` set, this runs after every completed round
 Measured here (2 busy cores): 3.7k-5.9k single-row calls/s, 7.6k-15k rows/s in batches;
 ~0.7 MB per 1000 candidates (candidate + execution + score) with short outputs.
 
-Non-goals: a server, several writers, remote storage; records of other runs are left alone.
+Non-goals: a server, several writers (a second is refused: TraceInUse), remote storage; records
+of other runs are left alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from spade_ray.records import (
     Candidate,
@@ -67,6 +71,35 @@ _TEXT_COLUMNS = {"executions": ("stdout", "stderr"), "generator_inputs": ("promp
 _ITEM_TABLES = ("tasks", "generator_inputs", "candidates", "executions", "scores", "pairs")
 
 
+class TraceInUse(RuntimeError):
+    """Another process writes this run's trace: a second writer would discard its round's rows
+    as those of a killed one (Recorder.resume) and splice two attempts of it together."""
+
+
+def _own(path: Path, run_id: str) -> IO[str]:
+    """An exclusive lock on the run's rows of the trace for this process, held while the
+    returned file is open (the kernel drops it with the process, so a killed run resumes).
+    Red-team pass 11: a second `spade-ray run` of the same run directory discarded the first's
+    rows in flight, ran the round beside it, and left a trace that diagnose called OK. Other
+    runs' rows in the same file are theirs: each run id has its own lock."""
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
+    owner = open(path.with_name(f"{path.name}.{digest}.lock"), "a+")  # noqa: SIM115 - kept
+    try:
+        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner.seek(0)
+        pid = owner.read().strip() or "?"
+        owner.close()
+        raise TraceInUse(f"{path}: run {run_id!r} is being written by another process (pid "
+                         f"{pid}): wait for it to end, or give this run a name of its own "
+                         "(run_name=...)") from None
+    owner.seek(0)
+    owner.truncate()
+    owner.write(str(os.getpid()))
+    owner.flush()
+    return owner
+
+
 class TraceStore:
     """Append-only, crash-safe record of one run (see the module docstring)."""
 
@@ -86,6 +119,7 @@ class TraceStore:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._owner = _own(self.path, run_id)
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, one transaction per call.
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=30.0)
@@ -348,6 +382,7 @@ class TraceStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            self._owner.close()  # and with it the lock
 
     def __enter__(self) -> TraceStore:
         return self

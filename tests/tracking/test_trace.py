@@ -12,6 +12,7 @@ import pytest
 
 from spade_ray.records import RoundState
 from spade_ray.tracking import TracedTask, TraceStore, Versions
+from spade_ray.tracking.trace import TraceInUse
 from tests.tracking import factories as f
 
 V = Versions(generator=3, solver=4)
@@ -272,3 +273,18 @@ def test_resume_after_repeated_sigkill_loses_and_duplicates_nothing(tmp_path):
         per_round = _rows_per_round_and_attempts(s)
     assert last >= 2
     assert [per_round[r] for r in range(last + 1)] == [(400, 1)] * (last + 1)
+
+
+def test_a_second_writer_is_refused_until_the_first_closes(tmp_path):
+    # Red-team pass 11: a second `spade-ray run` of one run directory discarded the first's
+    # rows in flight as a killed round's, ran the round beside it and spliced the two.
+    path = tmp_path / "trace.sqlite"
+    first = TraceStore(path, "run")
+    with pytest.raises(TraceInUse, match=rf"'run' is being written by another process \(pid "
+                                         rf"{os.getpid()}\)"):
+        TraceStore(path, "run")
+    TraceStore(path, "other run").close()  # another run's rows in the same file are its own
+    first.record_task(0, f.task(), True, "", V)
+    first.close()
+    with TraceStore(path, "run") as second:  # a run that ended (or was killed) lets go
+        assert [t.task.task_id for t in second.tasks()] == ["t0"]
