@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RuntimeError) as e:  # bad input or missing backend: say which
         print(f"spade-ray: error: {e}", file=sys.stderr)
         return 2
+    except sqlite3.Error as e:  # a trace this code cannot read is bad input too
+        print(f"spade-ray: error: cannot read the trace: {e}", file=sys.stderr)
+        return 2
 
 
 def eval_validation(args: argparse.Namespace):
@@ -168,6 +171,10 @@ def _trace(args: argparse.Namespace) -> int:
         raise ValueError(f"no trace at {db}: give a run directory (runs/NAME)")
     if args.what in ("candidates", "sql") and not args.arg:
         raise ValueError(f"trace {args.what} needs an argument")
+    try:  # opens the file: a damaged, truncated or unopenable one fails here, not in a query
+        tables = query.table_names(db)
+    except sqlite3.Error as e:
+        raise ValueError(f"cannot read the trace {db}: {e}") from e
     try:
         rows, columns = {
             "summary": lambda: query.summary(db),
@@ -176,8 +183,8 @@ def _trace(args: argparse.Namespace) -> int:
             "sql": lambda: query.run_sql(db, args.arg),
         }[args.what]()
     except sqlite3.Error as e:  # a query that does not run (or writes): say why, and on what
-        raise ValueError(f"trace {args.what}: {e} (read-only; the trace's tables: "
-                         f"{', '.join(query.table_names(db))})") from e
+        raise ValueError(f"trace {args.what} on {db}: {e} (read-only; the trace's tables: "
+                         f"{', '.join(tables)})") from e
     print(query.format_table(rows, columns))
     return 0
 
@@ -186,6 +193,8 @@ def _diagnose(args: argparse.Namespace) -> int:
     from spade_ray.tracking import diagnose
 
     trace = diagnose.load_run(args.run_dir, args.run_id)  # bad input fails before a sandbox starts
+    if trace.schema_note:
+        print(trace.schema_note, file=sys.stderr)
     if args.recheck > 0:
         from spade_ray.execution import Sandbox
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,37 @@ def test_a_trace_query_that_cannot_run_is_a_named_error(tmp_path, sql, problem):
     assert "candidates" in out.stderr and "tasks" in out.stderr
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+@pytest.mark.parametrize("what", ["summary", "tasks"])
+def test_trace_of_a_damaged_file_is_one_line_naming_it_and_the_cause(tmp_path, damage, what):
+    from spade_ray.tracking import TraceStore, Versions
+    from tests.tracking import factories as f
+
+    db = tmp_path / "trace.sqlite"
+    with TraceStore(db, "run") as store:
+        for i in range(200):  # enough pages that half the file loses table data
+            store.record_task(0, f.task(i), True, "", Versions(generator=0, solver=0))
+    data = db.read_bytes()
+    db.write_bytes(b"garbage" * 20 + data[140:] if damage == "garbage" else data[:len(data) // 2])
+    out = cli("trace", tmp_path, what)
+    cause = "file is not a database" if damage == "garbage" else "disk image is malformed"
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert f"cannot read the trace {db}: " in out.stderr and cause in out.stderr
+
+
+def test_an_sqlite_error_from_any_command_is_bad_input(monkeypatch, capsys):
+    from spade_ray import cli as module
+    from spade_ray.tracking import diagnose
+
+    def damaged(*_):
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(diagnose, "load_run", damaged)
+    assert module.main(["diagnose", "runs/x"]) == 2
+    assert capsys.readouterr().err == ("spade-ray: error: cannot read the trace: "
+                                       "database disk image is malformed\n")
+
+
 def test_report_writes_the_page_of_a_run(tmp_path):
     from spade_ray.records import to_dict
     from tests.tracking import factories as f
@@ -135,9 +167,14 @@ def test_report_of_a_missing_run_is_a_named_error(tmp_path):
     assert out.returncode == 2 and "nope" in out.stderr
 
 
-def test_run_with_overlap_but_no_learner_is_a_named_error(tmp_path):
-    out = cli("run", "experiment=cpu_tiny", "learner=none", "loop.overlap=true",
-              f"run_root={tmp_path}", "wandb.mode=disabled")
-    assert out.returncode != 0
-    assert "loop.overlap=true needs a learner" in out.stdout + out.stderr
+@pytest.mark.parametrize("overrides, message", [
+    (["learner=none", "loop.overlap=true"], "loop.overlap=true needs a learner"),
+    (["trace.max_mb=-1"], "trace.max_mb must be > 0 or null (no limit), got -1.0"),
+])
+def test_run_with_a_bad_setting_is_a_one_line_error(tmp_path, overrides, message):
+    out = cli("run", "experiment=cpu_tiny", *overrides, f"run_root={tmp_path}",
+              "wandb.mode=disabled")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().startswith(f"spade-ray: error: {message}")
+    assert len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "cpu_tiny" / "trace.sqlite").exists()  # refused before anything ran

@@ -2,7 +2,9 @@
 run_dir/trace.sqlite through query.py's read-only connection, turns its rows into records with
 schema.py, and adds the run's metrics.jsonl lines, into one frozen `RunTrace`.
 
-Scope: reading and validating the inputs (the directory, the schema version, which run id).
+Scope: reading and validating the inputs (the directory, the schema version, which run id). A
+trace of an older schema is read through schema.MIGRATIONS applied to an in-memory copy, so the
+file on disk is never changed (`spade-ray run` of that run migrates it in place).
 Non-goals: writing or repairing a trace (trace.py), judging what was read (the section modules).
 """
 
@@ -43,6 +45,7 @@ class RunTrace:
     scores: dict[Keyed, Score]
     pairs: tuple[tuple[int, PreferencePair], ...]
     metrics: tuple[RoundMetrics, ...]
+    schema_note: str = ""  # how the trace was read, when not as is (an older schema, migrated)
 
     @property
     def rounds(self) -> tuple[int, ...]:
@@ -61,10 +64,16 @@ def load_run(run_dir: str | Path, run_id: str | None = None) -> RunTrace:
     db = run_dir / "trace.sqlite"
     if not db.is_file():
         raise ValueError(f"no trace at {db}: a run writes run_dir/trace.sqlite")
-    run_id = _one_run_id(db, run_id)
-    rows = {table: _rows(db, table, run_id) for table in schema.TABLES}
+    conn, note = _connect(db)
+    try:
+        run_id = _one_run_id(db, conn, run_id)
+        rows = {table: _rows(conn, table, run_id) for table in schema.TABLES}
+    except sqlite3.DatabaseError as e:  # a damaged page past the header
+        raise ValueError(f"cannot read the trace {db}: {e}") from e
+    finally:
+        conn.close()
     return RunTrace(
-        run_dir=run_dir, run_id=run_id,
+        run_dir=run_dir, run_id=run_id, schema_note=note,
         completed=tuple(r["round"] for r in rows["rounds"]),
         tasks=tuple((r["round"], TracedTask(schema.row_to_record("tasks", Task, r),
                                             bool(r["valid"]), r["reason"]))
@@ -81,16 +90,66 @@ def load_run(run_dir: str | Path, run_id: str | None = None) -> RunTrace:
         metrics=tuple(m for m in load_metrics(run_dir / "metrics.jsonl") if m.run_id == run_id))
 
 
-def _one_run_id(db: Path, run_id: str | None) -> str:
+def _connect(db: Path) -> tuple[sqlite3.Connection, str]:
+    """A read-only connection to a trace of this code's schema, or to a migrated in-memory copy
+    of one of an older schema; and a note saying which (empty: the file as is)."""
     try:
-        version = query.run_sql(db, "SELECT value FROM meta WHERE key='schema_version'")[0]
-        ids = sorted(r for (r,) in query.run_sql(db, " UNION ".join(
-            f"SELECT run_id FROM {t}" for t in schema.TABLES))[0])
-    except sqlite3.DatabaseError as e:
+        conn = query.connect_readonly(db)
+    except sqlite3.Error as e:  # unopenable, or not a database at all
+        raise ValueError(f"cannot read the trace {db}: {e}") from e
+    keep = False
+    try:
+        found = _schema_version(db, conn)
+        if found == str(schema.SCHEMA_VERSION):
+            keep = True
+            return conn, ""
+        if not _migratable(found):
+            newer = found.isdigit() and int(found) > schema.SCHEMA_VERSION
+            raise ValueError(
+                f"{db} has trace schema v{found}; this code reads v{schema.SCHEMA_VERSION}"
+                + (": a newer spade-ray wrote it, diagnose it with that version" if newer else
+                   f" and migrates from v{min(schema.MIGRATIONS)} on, so it cannot read it"))
+        copy = sqlite3.connect(":memory:")
+        try:
+            conn.backup(copy)
+            schema.create_tables(copy, db)  # the migrations, on the copy only
+            copy.commit()
+        except BaseException:
+            copy.close()
+            raise
+    except sqlite3.Error as e:
+        raise ValueError(f"cannot read the trace {db}: {e}") from e
+    finally:
+        if not keep:
+            conn.close()
+    return copy, (f"note: {db} has trace schema v{found}; read through the migrations to "
+                  f"v{schema.SCHEMA_VERSION} in memory, the file unchanged (`spade-ray run` of "
+                  "this run migrates it in place)")
+
+
+def _schema_version(db: Path, conn: sqlite3.Connection) -> str:
+    try:
+        found = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchall()
+    except sqlite3.OperationalError as e:  # no meta table: some other SQLite file
         raise ValueError(f"{db} is not a trace store ({e})") from e
-    if version != [(str(schema.SCHEMA_VERSION),)]:
-        raise ValueError(f"{db} has trace schema {version}; this code reads "
-                         f"v{schema.SCHEMA_VERSION}")
+    if len(found) != 1:
+        raise ValueError(f"{db} is not a trace store (no schema_version in its meta table)")
+    return str(found[0][0])
+
+
+def _migratable(found: str) -> bool:
+    version = int(found) if found.isdigit() else None
+    while version in schema.MIGRATIONS:
+        version += 1
+    return version == schema.SCHEMA_VERSION
+
+
+def _one_run_id(db: Path, conn: sqlite3.Connection, run_id: str | None) -> str:
+    try:
+        ids = sorted(r for (r,) in conn.execute(" UNION ".join(
+            f"SELECT run_id FROM {t}" for t in schema.TABLES)))
+    except sqlite3.OperationalError as e:  # a table missing
+        raise ValueError(f"{db} is not a trace store ({e})") from e
     if not ids:
         raise ValueError(f"{db} holds no rows: nothing to diagnose")
     if run_id is None and len(ids) > 1:
@@ -100,10 +159,10 @@ def _one_run_id(db: Path, run_id: str | None) -> str:
     return run_id or ids[0]
 
 
-def _rows(db: Path, table: str, run_id: str) -> list[dict[str, Any]]:
-    rows, columns = query.run_sql(db, f"SELECT * FROM {table} WHERE run_id=? "
-                                  "ORDER BY round, rowid", (run_id,))
-    return [dict(zip(columns, row)) for row in rows]
+def _rows(conn: sqlite3.Connection, table: str, run_id: str) -> list[dict[str, Any]]:
+    cur = conn.execute(f"SELECT * FROM {table} WHERE run_id=? ORDER BY round, rowid", (run_id,))
+    columns = [d[0] for d in cur.description]
+    return [dict(zip(columns, row)) for row in cur]
 
 
 def _generator_input(row: dict[str, Any]) -> GeneratorInput:

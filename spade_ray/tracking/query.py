@@ -102,13 +102,53 @@ ORDER BY c.run_id, c.round, c.rowid"""
 
 
 def connect_readonly(db: str | Path) -> sqlite3.Connection:
-    """A connection that cannot write: read-only URI, query_only, ATTACH refused."""
+    """A connection that cannot write: read-only URI, query_only, ATTACH refused. It also reads
+    a trace in a directory it may not write (an archived run, another user's, a read-only mount);
+    sqlite3.OperationalError says what to do when it cannot."""
     path = Path(db)
     if not path.is_file():
         raise FileNotFoundError(f"no trace store at {path} (a run writes run_dir/trace.sqlite)")
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
-    conn.execute("PRAGMA query_only=ON")
-    conn.set_authorizer(_deny_attach)
+    uri = path.resolve().as_uri()
+    try:
+        return _open(f"{uri}?mode=ro")
+    except sqlite3.OperationalError as e:
+        if getattr(e, "sqlite_errorcode", 0) & 0xFF not in _CANNOT_OPEN:  # primary code
+            raise
+        first = e
+    # A trace is in WAL mode, and a WAL reader must create or write trace.sqlite-shm beside it,
+    # which a directory (or -shm) it may not write refuses. immutable=1 reads the main file
+    # alone: no -shm, no locks. That is exact only when no writer is live (one may checkpoint
+    # into the file mid-read, unseen for want of locks) and nothing committed waits in -wal
+    # (immutable ignores -wal; measured: SQLite 3.40 returns the pre-WAL rows). So: only after
+    # the plain open failed, i.e. where we could not have been a writer either, and only when
+    # -wal is absent or empty, as a finished run leaves it (its last close checkpoints). A live
+    # writer of another user almost always has -wal content; that case is refused below.
+    wal = path.with_name(path.name + "-wal")
+    if wal.is_file() and wal.stat().st_size > 0:
+        raise sqlite3.OperationalError(
+            f"{first}: SQLite needs to write {path.name}-shm beside a WAL "
+            f"trace, and {wal.name} holds {wal.stat().st_size} bytes of commits not yet in the "
+            "file; copy the run directory somewhere writable and read the copy") from first
+    try:
+        return _open(f"{uri}?mode=ro&immutable=1")
+    except sqlite3.OperationalError as e:
+        raise sqlite3.OperationalError(f"{first} (read-only; and read as immutable: {e})") from e
+
+
+# SQLITE_CANTOPEN (no -shm could be created) and SQLITE_READONLY (a -shm it may not write or
+# initialise): what a WAL reader gets in a directory it may not write.
+_CANNOT_OPEN = {sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY}
+
+
+def _open(uri: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(uri, uri=True, timeout=30.0)
+    try:
+        conn.execute("PRAGMA query_only=ON")
+        conn.set_authorizer(_deny_attach)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the file and WAL
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 

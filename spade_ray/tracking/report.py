@@ -17,6 +17,7 @@ Non-goals: interactivity, cross-run comparison (W&B does that), serving the page
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime
 import html
@@ -103,10 +104,29 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     except (OSError, sqlite3.Error) as e:  # no trace, or one this version cannot read
         samples, trace_note = [], f"could not read {trace}: {e}"
     page = render_report(rows, samples, trace_note, title=" + ".join(run_ids) or run_dir.name)
-    path = Path(out) if out is not None else run_dir / "report.html"
+    path = _report_path(run_dir, out)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, path)  # a reader never sees half a page
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, path)  # a reader never sees half a page
+    except OSError as e:
+        with contextlib.suppress(OSError):  # never leave half a page beside the target
+            tmp.unlink(missing_ok=True)
+        hint = "; pass --out FILE somewhere writable" if out is None else ""
+        raise OSError(f"cannot write the report to {path}: {e.strerror or e}{hint}") from e
+    return path
+
+
+def _report_path(run_dir: Path, out: str | Path | None) -> Path:
+    """Where the page goes: run_dir/report.html, `out`, or out/report.html for a directory."""
+    if out is None:
+        return run_dir / "report.html"
+    path = Path(out)
+    if path.is_dir():
+        return path / "report.html"
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"cannot write the report to {path}: no directory "
+                                f"{path.parent} (create it, or give --out a file in one)")
     return path
 
 

@@ -1,4 +1,12 @@
-"""Small valid records for the tracking tests (real spade_ray.records types, nothing mocked)."""
+"""Small valid records for the tracking tests (real spade_ray.records types, nothing mocked),
+and `shm_refused`: a run directory SQLite may not write its -shm file in."""
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from spade_ray.records import (
     Candidate,
@@ -72,3 +80,40 @@ def metrics(round: int, run_id: str = "run", pass_at_1: float | None = 0.25) -> 
         candidate_diversity=0.75, tokens_generator=1000, tokens_solver=5000,
         sandbox_cpu_s=12.5, stage_s=(("generate", 3.0), ("solve", 8.0), ("execute", 2.5)),
         wall_s=14.0)
+
+
+@contextlib.contextmanager
+def shm_refused(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`directory` as an archived run or a read-only mount: SQLite cannot create trace.sqlite-shm
+    there. chmod 0555 where that binds; for root (CAP_DAC_OVERRIDE), where it does not, the plain
+    read-only open fails as it does there (SQLITE_CANTOPEN) and only the immutable one runs."""
+    directory.chmod(0o555)
+    try:
+        if not _can_create_in(directory):
+            yield
+            return
+    finally:
+        directory.chmod(0o755)
+    from spade_ray.tracking import query
+
+    real = query._open
+
+    def refuse_plain(uri: str) -> sqlite3.Connection:
+        if "immutable=1" not in uri:
+            error = sqlite3.OperationalError("unable to open database file")
+            error.sqlite_errorcode = sqlite3.SQLITE_CANTOPEN
+            raise error
+        return real(uri)
+
+    monkeypatch.setattr(query, "_open", refuse_plain)
+    yield
+
+
+def _can_create_in(directory: Path) -> bool:
+    probe = directory / ".probe"
+    try:
+        probe.touch()
+    except PermissionError:
+        return False
+    probe.unlink()
+    return True

@@ -1,6 +1,7 @@
 """`spade-ray diagnose`: small run directories written by a real TraceStore, one defect each."""
 
 import dataclasses
+import hashlib
 import json
 import sqlite3
 
@@ -207,6 +208,51 @@ def test_a_missing_run_dir_or_trace_exits_2_naming_it(tmp_path, capsys, where):
     (tmp_path / "empty").mkdir()
     assert cli.main(["diagnose", str(tmp_path / where)]) == 2
     assert str(tmp_path / where) in capsys.readouterr().err
+
+
+def test_a_valid_trace_in_a_directory_that_refuses_its_shm_file_is_diagnosed(run_dir,
+                                                                             monkeypatch):
+    with f.shm_refused(run_dir, monkeypatch):
+        trace = load_run(run_dir)
+    assert trace.run_id == "run" and trace.completed == (0,)
+
+
+def test_a_trace_that_cannot_be_read_is_named_with_the_cause_not_called_no_trace(tmp_path,
+                                                                                  capsys):
+    (tmp_path / "trace.sqlite").write_bytes(b"garbage" * 20)
+    assert cli.main(["diagnose", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"cannot read the trace {tmp_path / 'trace.sqlite'}: file is not a database" in err
+
+
+def _set_schema(run_dir, version: int) -> None:
+    with sqlite3.connect(run_dir / "trace.sqlite") as db:
+        if version == 3:  # undo schema.MIGRATIONS[3]
+            db.execute("ALTER TABLE tasks DROP COLUMN most_shown")
+            db.execute("ALTER TABLE candidates DROP COLUMN draws")
+        db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
+    db.close()
+
+
+def test_an_older_trace_is_diagnosed_through_the_migrations_leaving_the_file_as_it_was(
+        run_dir, capsys):
+    _set_schema(run_dir, 3)
+    before = hashlib.sha256((run_dir / "trace.sqlite").read_bytes()).hexdigest()
+    assert cli.main(["diagnose", str(run_dir)]) == 0
+    assert "trace schema v3; read through the migrations to v4" in capsys.readouterr().err
+    assert hashlib.sha256((run_dir / "trace.sqlite").read_bytes()).hexdigest() == before
+    assert [c.draws for _, c in load_run(run_dir).candidates] == [1, 1]
+
+
+@pytest.mark.parametrize("version, advice", [
+    (9, "this code reads v4: a newer spade-ray wrote it, diagnose it with that version"),
+    (2, "this code reads v4 and migrates from v3 on, so it cannot read it")])
+def test_a_trace_of_a_schema_it_cannot_read_names_both_versions_and_what_to_do(
+        run_dir, version, advice):
+    _set_schema(run_dir, version)
+    with pytest.raises(ValueError, match=f"has trace schema v{version}; {advice}$"):
+        load_run(run_dir)
 
 
 def test_recheck_reexecutes_in_the_sandbox_and_agrees_with_true_records(run_dir, capsys):

@@ -1,4 +1,5 @@
 import re
+import shutil
 import sqlite3
 
 import pytest
@@ -77,6 +78,29 @@ def test_run_sql_refuses_attach(db, tmp_path):
 def test_missing_trace_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="no trace store at .*nope.db"):
         query.summary(tmp_path / "nope.db")
+
+
+def test_a_finished_trace_in_a_directory_that_refuses_its_shm_file_is_read(db, monkeypatch):
+    with f.shm_refused(db.parent, monkeypatch):
+        rows = _dicts(query.summary(db))
+    assert [r["tasks"] for r in rows] == [2, 1]
+    assert not db.with_name(db.name + "-shm").exists()
+
+
+def test_commits_waiting_in_the_wal_of_such_a_directory_are_refused_saying_why(
+        db, tmp_path, monkeypatch):
+    # Read as immutable, the trace would silently lack the commits still in -wal.
+    archived = tmp_path / "archived"
+    archived.mkdir()
+    with TraceStore(db, "run") as writer:
+        writer.record_task(2, f.task(3), True, "", V)
+        for suffix in ("", "-wal"):  # the files a crash leaves: no -shm
+            shutil.copy(f"{db}{suffix}", archived / f"trace.sqlite{suffix}")
+    assert (archived / "trace.sqlite-wal").stat().st_size > 0
+    with f.shm_refused(archived, monkeypatch), pytest.raises(
+            sqlite3.OperationalError, match="-wal holds .* bytes of commits not yet in the file; "
+            "copy the run directory somewhere writable"):
+        query.summary(archived / "trace.sqlite")
 
 
 def test_module_docstring_documents_every_column(db):

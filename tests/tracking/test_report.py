@@ -203,6 +203,28 @@ def test_report_goes_where_it_is_asked(tmp_path):
     assert not (tmp_path / "run" / "report.html").exists()
 
 
+def test_report_into_a_directory_is_written_as_report_html_there(tmp_path):
+    _write_metrics(tmp_path / "run", [_row(0)])
+    (tmp_path / "out").mkdir()
+    assert write_report(tmp_path / "run", tmp_path / "out") == tmp_path / "out" / "report.html"
+    assert (tmp_path / "out" / "report.html").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]
+
+
+def test_report_under_a_missing_directory_is_refused_naming_it(tmp_path):
+    _write_metrics(tmp_path / "run", [_row(0)])
+    with pytest.raises(FileNotFoundError, match=f"no directory {tmp_path / 'gone' / 'deeper'}"):
+        write_report(tmp_path / "run", tmp_path / "gone" / "deeper" / "page.html")
+
+
+def test_a_report_that_cannot_replace_its_target_leaves_no_partial_page(tmp_path):
+    _write_metrics(tmp_path / "run", [_row(0)])
+    (tmp_path / "run" / "report.html").mkdir()  # os.replace of a file onto a directory fails
+    with pytest.raises(OSError, match="cannot write the report to .*report.html: Is a direct"):
+        write_report(tmp_path / "run")
+    assert not (tmp_path / "run" / "report.html.tmp").exists()
+
+
 # --- in a real browser -------------------------------------------------------------------------
 
 class Chromium:
