@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
 import datasets
@@ -23,10 +24,12 @@ from omegaconf import DictConfig, OmegaConf
 from spade_ray import loop, stages
 from spade_ray.cluster import Cluster, RoleSpec
 from spade_ray.config import (
+    ConfigError,
     LearnerConfig,
     LoopConfig,
     ModelConfig,
     SandboxConfig,
+    TraceConfig,
     ValidationConfig,
     admission_config,
     control_config,
@@ -36,6 +39,7 @@ from spade_ray.config import (
     validate_learner,
     validate_loop,
     validate_model,
+    validate_trace,
     validate_validation,
 )
 from spade_ray.connect import connect
@@ -48,7 +52,7 @@ from spade_ray.tasks import decontamination
 from spade_ray.tasks.seeds import load_seed_tasks
 from spade_ray.tasks.templates import load_prompts
 from spade_ray.tracking.metrics import MetricsSink, summary_table
-from spade_ray.tracking.trace import TraceStore
+from spade_ray.tracking.trace import TraceInUse, TraceStore
 from spade_ray.training import Gate, Trainer
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -61,24 +65,33 @@ RESUMABLE = ("loop.rounds", "run_root", "trace.", "wandb.", "resume_check")
 def hydra_main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     sweep_point = hydra_cfg.job.num if hydra_cfg.mode is RunMode.MULTIRUN else None
-    run(cfg, Path(hydra_cfg.runtime.output_dir), sweep_point)
+    try:
+        run(cfg, Path(hydra_cfg.runtime.output_dir), sweep_point)
+    except (ConfigError, TraceInUse) as e:  # bad input or a run dir in use: one line, as
+        # cli.py's other commands (not Hydra's dump)
+        print(f"spade-ray: error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
     """`sweep_point`: the job number within a Hydra multirun (each point is a run of its own,
     `<run_name>-<n>`, its W&B run grouped under the run name)."""
     # Every group is validated before anything is placed: a bad value fails in seconds.
-    model = validate_model(cfg.model)
-    loop_cfg = validate_loop(cfg.loop)
-    validation = validate_validation(cfg.validation)
-    sandbox_cfg, limits = sandbox_limits(cfg.sandbox)
-    learner, params = validate_learner(cfg.learner)
-    check_together(model, loop_cfg, params)
+    try:
+        model = validate_model(cfg.model)
+        loop_cfg = validate_loop(cfg.loop)
+        validation = validate_validation(cfg.validation)
+        sandbox_cfg, limits = sandbox_limits(cfg.sandbox)
+        learner, params = validate_learner(cfg.learner)
+        trace = validate_trace(cfg.trace)
+        check_together(model, loop_cfg, params)
+    except ValueError as e:  # OmegaConf's type errors are ValueErrors too
+        raise ConfigError(str(e)) from e
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = str(cfg.run_name) if sweep_point is None else f"{cfg.run_name}-{sweep_point}"
     datasets.disable_progress_bars()  # one line per round on the console, no bars in between
     connect(log_to_driver=False)  # RAY_ADDRESS (ray job submit) joins a cluster
-    store, sink = open_records(cfg, run_dir, run_id, loop_cfg.seed)
+    store, sink = open_records(cfg, trace, run_dir, run_id, loop_cfg.seed)
     print(f"run {run_id}: {run_dir} ({loop_cfg.rounds} rounds, model {model.roles['solver'].model}"
           f" on {model.roles['solver'].backend}, sandbox {sandbox_cfg.backend} on the "
           f"{sandbox_cfg.placement})", flush=True)
@@ -126,12 +139,16 @@ def check_settings(cfg: DictConfig, run_dir: Path, resumed: bool) -> None:
     now = json.loads(json.dumps(_flat(OmegaConf.to_container(cfg, resolve=True)), default=str))
     path = run_dir / SETTINGS_FILE
     if resumed and path.is_file() and cfg.get("resume_check", True):
-        before = json.loads(path.read_text())
+        try:
+            before = json.loads(path.read_text())
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+            raise ConfigError(f"{path} is not readable JSON ({e}): restore it, or delete it to "
+                              "resume with the current settings unchecked") from e
         changed = sorted(k for k in before.keys() | now.keys()
                          if before.get(k) != now.get(k) and not k.startswith(RESUMABLE))
         if changed:
             shown = "; ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in changed[:5])
-            raise ValueError(
+            raise ConfigError(
                 f"{run_dir} holds rounds run with other settings ({len(changed)} differ: "
                 f"{shown}); resuming would mix them in one trace. Give this run a directory of "
                 f"its own (run_name=NAME), or resume with the new settings (resume_check=false)")
@@ -163,14 +180,13 @@ def check_together(model: ModelConfig, loop_cfg: LoopConfig, params: LearnerPara
                          "learner=dpo, grpo or ppo, or drop loop.overlap)")
 
 
-def open_records(cfg: DictConfig, run_dir: Path, run_id: str, seed: int
+def open_records(cfg: DictConfig, trace: TraceConfig, run_dir: Path, run_id: str, seed: int
                  ) -> tuple[TraceStore, MetricsSink]:
     """The run's trace store and metrics sink (its W&B run grouped and tagged for a sweep),
     once the settings are those the run's completed rounds had (check_settings)."""
     store = TraceStore(run_dir / "trace.sqlite", run_id,
-                       max_text_chars=cfg.trace.max_text_chars,
-                       keep_text_rounds=cfg.trace.keep_text_rounds,
-                       max_bytes=cfg.trace.max_mb * 2**20)
+                       max_text_chars=trace.max_text_chars,
+                       keep_text_rounds=trace.keep_text_rounds, max_bytes=trace.max_bytes)
     try:
         check_settings(cfg, run_dir, resumed=store.last_completed_round() is not None)
     except ValueError:

@@ -36,6 +36,10 @@ LEARNERS = (NO_LEARNER, *TrainAlgorithm)
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")  # Ray placement strategies
 
 
+class ConfigError(ValueError):
+    """A setting `spade-ray run` refuses before it starts: printed as one line, exit status 2."""
+
+
 @dataclasses.dataclass
 class SamplingConfig:
     n: int = 1
@@ -80,6 +84,14 @@ class CapsConfig:
     wall_s: float | None = None  # per round
     tasks: int | None = None  # valid generated tasks per round
 
+    def __post_init__(self) -> None:
+        # A cap <= 0 is reached before any work: the round would run empty, silently.
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"loop.caps.{field.name} must be > 0 or null (uncapped), "
+                                 f"got {value}")
+
 
 @dataclasses.dataclass
 class LoopConfig:
@@ -105,11 +117,38 @@ class LoopConfig:
     control: dict[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0
     caps: CapsConfig = dataclasses.field(default_factory=CapsConfig)
-    archive_size: int = 200
+    archive_size: int = 200  # 0: keep no generated task (replay and exemplars: seeds only)
     # Round r+1 generates while the learner trains on round r's items (training.py); the
     # learner drops items written by weights more than max_staleness versions old (null: never)
     overlap: bool = False
     max_staleness: int | None = 1
+
+
+@dataclasses.dataclass
+class TraceConfig:
+    max_text_chars: int = 20_000  # stdout/stderr/raw model text kept per row (head + tail)
+    keep_text_rounds: int | None = 20  # older rounds' texts are pruned; null: keep all
+    max_mb: float | None = 2048  # past this, texts are pruned to the last round; null: no limit
+
+    def __post_init__(self) -> None:
+        # TraceStore checks the first two as well, but only once Ray is up (app.open_records).
+        if self.max_text_chars < 200:
+            raise ValueError(f"trace.max_text_chars must be >= 200 (a head and a tail), got "
+                             f"{self.max_text_chars}")
+        if self.keep_text_rounds is not None and self.keep_text_rounds < 1:
+            raise ValueError(f"trace.keep_text_rounds must be >= 1 or null (keep all), got "
+                             f"{self.keep_text_rounds}")
+        # <= 0 would prune every older round's texts after each round
+        if self.max_mb is not None and not (math.isfinite(self.max_mb) and self.max_mb > 0):
+            raise ValueError(f"trace.max_mb must be > 0 or null (no limit), got {self.max_mb}")
+
+    @property
+    def max_bytes(self) -> int | None:
+        return None if self.max_mb is None else int(self.max_mb * 2**20)
+
+
+def validate_trace(cfg: DictConfig | dict) -> TraceConfig:
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TraceConfig), cfg))
 
 
 @dataclasses.dataclass
@@ -200,6 +239,9 @@ def validate_learner(cfg: DictConfig | dict) -> tuple[LearnerConfig, LearnerPara
     learner: LearnerConfig = OmegaConf.to_object(merged)
     if learner.name not in LEARNERS:
         raise ValueError(f"learner={learner.name!r}: use one of {LEARNERS}")
+    if learner.name != NO_LEARNER and learner.cpus <= 0:  # each rank's bundle needs a CPU share
+        raise ValueError(f"learner.cpus must be > 0 with learner={learner.name}, got "
+                         f"{learner.cpus}")
     if learner.gate_tolerance < 0:
         raise ValueError(f"learner.gate_tolerance must be >= 0, got {learner.gate_tolerance}")
     if learner.ranks < 1:
@@ -228,6 +270,15 @@ def validate_loop(cfg: DictConfig | dict) -> LoopConfig:
     for name in ("rounds", "tasks_per_round", "chunk_size", "candidates"):
         if getattr(loop, name) < 1:
             raise ValueError(f"loop.{name} must be >= 1, got {getattr(loop, name)}")
+    # a negative count slices prompts and replay from the end (`pool[:-1]`: all but one)
+    for name in ("few_shot", "generator_few_shot", "replay_tasks_per_round", "frame_tokens",
+                 "archive_size"):
+        if getattr(loop, name) < 0:
+            raise ValueError(f"loop.{name} must be >= 0, got {getattr(loop, name)}")
+    if not 0.0 <= loop.pair_margin <= 1.0:  # a difference of test fractions
+        raise ValueError(f"loop.pair_margin must be in [0, 1], got {loop.pair_margin}")
+    if not 0.0 < loop.max_similarity <= 1.0:  # 0 makes every new task a near-duplicate
+        raise ValueError(f"loop.max_similarity must be in (0, 1], got {loop.max_similarity}")
     if not loop.topics:
         raise ValueError("loop.topics is empty: list at least one topic")
     if not 0.0 <= loop.replay_archive_share <= 1.0:
@@ -280,6 +331,10 @@ def validate_validation(cfg: DictConfig | dict) -> ValidationConfig:
     if not 0 <= validation.problems <= pool:
         raise ValueError(f"validation.problems must be 0..{pool} (the problems of tiers "
                          f"{validation.tiers or 'all'}), got {validation.problems}")
+    # checked here, not at the end of round 0 where stages.validate samples with them
+    for name in ("samples_per_problem", "max_tokens"):
+        if getattr(validation, name) < 1:
+            raise ValueError(f"validation.{name} must be >= 1, got {getattr(validation, name)}")
     return validation
 
 
@@ -301,6 +356,10 @@ def sandbox_limits(cfg: DictConfig | dict) -> tuple[SandboxConfig, Limits]:
     unknown = set(sandbox.limits) - {f.name for f in dataclasses.fields(Limits)}
     if unknown:
         raise ValueError(f"sandbox.limits: unknown keys {sorted(unknown)}")
+    for key, value in sandbox.limits.items():
+        if not math.isfinite(value):  # int(nan) below would fail without naming the key
+            raise ValueError(f"sandbox.limits.{key} must be a finite positive number, got "
+                             f"{value}")
     # YAML numbers arrive as floats here; whole-number limits (MB, counts) must stay ints.
     typed = {k: type(getattr(defaults, k))(v) for k, v in sandbox.limits.items()}
     return sandbox, Limits(**typed)

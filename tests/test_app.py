@@ -7,6 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from spade_ray.app import SETTINGS_FILE, check_settings
+from spade_ray.config import ConfigError
 
 
 def settings(**loop):
@@ -59,3 +60,10 @@ def test_a_directory_with_no_completed_round_takes_the_new_settings(tmp_path):
     check_settings(settings(), tmp_path, resumed=False)  # a start that failed before round 0
     check_settings(settings(candidates=8), tmp_path, resumed=False)
     assert json.loads((tmp_path / SETTINGS_FILE).read_text())["loop.candidates"] == 8
+
+
+def test_a_corrupt_settings_file_is_named(tmp_path):
+    check_settings(settings(), tmp_path, resumed=False)
+    (tmp_path / SETTINGS_FILE).write_text('{"loop.\x01')
+    with pytest.raises(ConfigError, match=f"{tmp_path / SETTINGS_FILE} is not readable JSON"):
+        check_settings(settings(), tmp_path, resumed=True)

@@ -13,6 +13,7 @@ from spade_ray.config import (
     validate_learner,
     validate_loop,
     validate_model,
+    validate_trace,
     validate_validation,
 )
 from spade_ray.preferences.generator import GeneratorReward
@@ -76,7 +77,8 @@ def test_every_experiment_composes_and_validates(experiment):
 
 @pytest.mark.parametrize("field, value", [("min_pairs_per_update", 0), ("gate_tolerance", -0.1),
                                           ("gate_logp_tolerance", -0.01), ("name", "rloo"),
-                                          ("ranks", 0), ("ranks", 2)])
+                                          ("ranks", 0), ("ranks", 2), ("cpus", 0),
+                                          ("cpus", -1)])
 def test_a_bad_learner_setting_is_named(field, value):
     # ranks=2 without deepspeed_config: the plain torch engine trains one rank
     with pytest.raises(ValueError, match=field if field != "name" else "learner='rloo'"):
@@ -88,6 +90,8 @@ def test_a_bad_learner_setting_is_named(field, value):
     ({"problems": 58, "tiers": ["easy"]}, r"validation.problems must be 0..57 \(the problems "
                                            r"of tiers \['easy'\]\), got 58"),
     ({"problems": 165}, "validation.problems must be 0..164"),
+    ({"max_tokens": 0}, "validation.max_tokens must be >= 1, got 0"),
+    ({"samples_per_problem": 0}, "validation.samples_per_problem must be >= 1, got 0"),
 ])
 def test_a_bad_validation_setting_is_named(validation, message):
     with pytest.raises(ValueError, match=message):
@@ -164,6 +168,20 @@ def test_an_unknown_sandbox_placement_is_named():
         sandbox_limits({"placement": "cloud"})
 
 
+@pytest.mark.parametrize("key, value", [("timeout_s", float("nan")), ("cpu_s", float("inf")),
+                                        ("memory_mb", float("inf")),
+                                        ("max_processes", float("nan"))])
+def test_a_non_finite_sandbox_limit_is_named(key, value):
+    from spade_ray.config import sandbox_limits
+
+    with pytest.raises(ValueError, match=f"sandbox.limits.{key} must be a finite positive number"):
+        sandbox_limits({"limits": {key: value}})
+
+
+def test_a_learner_needs_cpus_only_when_there_is_one():
+    assert validate_learner({"name": "none", "cpus": 0})[1] is None
+
+
 def test_reading_the_config_schema_loads_neither_ray_nor_torch():
     import subprocess
     import sys
@@ -185,10 +203,52 @@ def test_reading_the_config_schema_loads_neither_ray_nor_torch():
     ({"overlap": True, "max_staleness": 0}, "with loop.overlap it must be >= 1"),
     ({"max_staleness": -1}, "loop.max_staleness=-1: a version count"),
     ({"replay_archive_share": 1.5}, "loop.replay_archive_share must be in \\[0, 1\\]"),
+    ({"few_shot": -1}, "loop.few_shot must be >= 0, got -1"),
+    ({"generator_few_shot": -1}, "loop.generator_few_shot must be >= 0, got -1"),
+    ({"replay_tasks_per_round": -2}, "loop.replay_tasks_per_round must be >= 0, got -2"),
+    ({"frame_tokens": -1}, "loop.frame_tokens must be >= 0, got -1"),
+    ({"archive_size": -1}, "loop.archive_size must be >= 0, got -1"),
+    ({"pair_margin": -1}, "loop.pair_margin must be in \\[0, 1\\], got -1"),
+    ({"pair_margin": 1.5}, "loop.pair_margin must be in \\[0, 1\\], got 1.5"),
+    ({"pair_margin": float("nan")}, "loop.pair_margin must be in \\[0, 1\\], got nan"),
+    ({"max_similarity": 0}, "loop.max_similarity must be in \\(0, 1\\], got 0"),
+    ({"max_similarity": 1.2}, "loop.max_similarity must be in \\(0, 1\\], got 1.2"),
+    ({"caps": {"wall_s": -1}}, "loop.caps.wall_s must be > 0 or null"),
+    ({"caps": {"wall_s": float("inf")}}, "loop.caps.wall_s must be > 0 or null"),
+    ({"caps": {"tokens_generator": 0}}, "loop.caps.tokens_generator must be > 0 or null"),
+    ({"caps": {"tokens_solver": -5}}, "loop.caps.tokens_solver must be > 0 or null"),
+    ({"caps": {"sandbox_cpu_s": float("nan")}}, "loop.caps.sandbox_cpu_s must be > 0 or null"),
+    ({"caps": {"tasks": 0}}, "loop.caps.tasks must be > 0 or null"),
 ])
 def test_a_bad_self_play_setting_is_named(loop, message):
     with pytest.raises(ValueError, match=message):
         validate_loop({"topics": ["lists"], **loop})
+
+
+def test_zero_counts_and_set_caps_are_valid_self_play_settings():
+    loop = validate_loop({"topics": ["lists"], "few_shot": 0, "generator_few_shot": 0,
+                          "replay_tasks_per_round": 0, "frame_tokens": 0, "archive_size": 0,
+                          "pair_margin": 1.0, "max_similarity": 1.0,
+                          "caps": {"wall_s": 0.5, "tasks": 1}})
+    assert (loop.archive_size, loop.caps.wall_s, loop.caps.tokens_solver) == (0, 0.5, None)
+
+
+@pytest.mark.parametrize("trace, message", [
+    ({"max_mb": -1}, "trace.max_mb must be > 0 or null \\(no limit\\), got -1"),
+    ({"max_mb": 0}, "trace.max_mb must be > 0 or null"),
+    ({"max_mb": float("nan")}, "trace.max_mb must be > 0 or null"),
+    ({"max_text_chars": 100}, "trace.max_text_chars must be >= 200"),
+    ({"keep_text_rounds": 0}, "trace.keep_text_rounds must be >= 1 or null"),
+])
+def test_a_bad_trace_setting_is_named(trace, message):
+    with pytest.raises(ValueError, match=message):
+        validate_trace(trace)
+
+
+def test_trace_max_mb_null_is_no_size_limit():
+    assert validate_trace({"max_mb": None}).max_bytes is None
+    assert validate_trace({"max_mb": 1.5}).max_bytes == 3 * 2**19
+    assert validate_trace(OmegaConf.load(CONF / "config.yaml").trace).max_bytes == 2048 * 2**20
 
 
 def test_self_play_settings_become_typed_values():

@@ -57,8 +57,10 @@ class Limits:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"Limits.{field.name} must be a positive number, got {value!r}")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) \
+                    or not math.isfinite(value) or value <= 0:  # NaN is not <= 0
+                raise ValueError(f"Limits.{field.name} must be a finite positive number, got "
+                                 f"{value!r}")
         if self.memory_mb < 16:
             raise ValueError(f"Limits.memory_mb={self.memory_mb} is too small to start Python "
                              "(use at least 16)")
@@ -204,8 +206,9 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:
             raise ValueError(f"SamplingParams.n must be an integer >= 1, got {self.n!r}")
-        if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"SamplingParams.temperature must be a finite number >= 0, got "
+                             f"{self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
         if not 0 <= self.min_p < 1:

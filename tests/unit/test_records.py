@@ -5,6 +5,7 @@ from spade_ray.records import (
     ExecResult,
     ExecStatus,
     Limits,
+    SamplingParams,
     TestOutcome,
     TestSuite,
     from_dict,
@@ -39,6 +40,19 @@ def test_unknown_field_is_named():
 def test_non_positive_limit_is_named():
     with pytest.raises(ValueError, match="timeout_s"):
         Limits(timeout_s=0)
+
+
+@pytest.mark.parametrize("field, value", [("timeout_s", float("nan")), ("timeout_s", float("inf")),
+                                          ("cpu_s", float("nan")), ("memory_mb", float("inf"))])
+def test_a_non_finite_limit_is_named(field, value):
+    with pytest.raises(ValueError, match=f"Limits.{field} must be a finite positive number"):
+        Limits(**{field: value})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_temperature_is_named(value):
+    with pytest.raises(ValueError, match="SamplingParams.temperature must be a finite number"):
+        SamplingParams(temperature=value)
 
 
 def test_test_suite_needs_a_test():
