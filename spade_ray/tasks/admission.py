@@ -49,7 +49,8 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         output, or nearly all of those it answers: the task
                                         is that problem (decontamination.py)
     integrity   reference_fails_examples the trusted grader does not reproduce the outputs
-    infra       sandbox_error           the sandbox failed twice (the task is not judged)
+    infra       sandbox_error           the sandbox failed twice (the task is not judged),
+                                        on its reference's check or on the twin run
 
 How outputs become expected values: a driver program (trusted text, run in the sandbox like any
 candidate) runs the reference on every input in three fresh interpreters, each with a random
@@ -181,14 +182,17 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
         cores[key] = _core(proposals[first[key]], run, config, extras[key],
                            extra_runs.get(key))
     found = [key for key, core in cores.items() if isinstance(core, _Core)]
-    for key, twin in zip(found, twins([cores[key].examples for key in found], held_out,
-                                      executor, limits)):
-        if twin is not None:
+    twin_check = twins([cores[key].examples for key in found], held_out, executor, limits)
+    for key, twin in zip(found, twin_check.found):
+        if twin_check.failed:
+            cores[key] = "sandbox_error"
+        elif twin is not None:
             cores[key] = f"validation_twin:{twin}"
     checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
                       if isinstance(core, _Core)}, executor, limits, config)
     run_cpu = {key: run.cpu_s + (extra_runs[key].cpu_s if key in extra_runs else 0.0)
                for key, run in zip(running, runs)}
+    twin_cpu = {key: twin_check.cpu_s / len(found) for key in found}  # shared evenly
     verdicts = []
     for i, (proposal, key) in enumerate(zip(proposals, keys)):
         core = cores[key]
@@ -197,6 +201,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
         else:
             verdict = _verdict(proposal, families[i], topics[i], core, checks[key], limits,
                                config, source, generator_version)
+        verdict = dataclasses.replace(verdict, cpu_s=verdict.cpu_s + twin_cpu.get(key, 0.0))
         if i != first[key]:  # the sandbox CPU of a shared run is counted once
             verdict = dataclasses.replace(verdict, cpu_s=0.0)
         verdicts.append(verdict)

@@ -7,9 +7,12 @@ figure it lifts says nothing. The copies that matter are semantic (the shipped s
 `gcd`, HumanEval/13's greatest_common_divisor, with nothing in common in its text), so the test
 is by execution: TWINS (trusted text, run in the sandbox like any candidate, since the inputs are
 the generator's) calls every validation problem whose function accepts the task's arguments on
-them, each call under a CALL_S timer, and prints the first problem whose results have the reprs
-of the task's expected outputs: of all of them, or of nearly all those it answers (TWIN_FRACTION,
-MIN_AGREEING), so that special-casing an input or two does not hide a copy.
+them, as they are and reordered, one dropped or a single tuple of them spread (the mappings),
+each call under a CALL_S timer that a watching process enforces, and prints the first problem
+whose results are, as data, the task's expected outputs under one mapping: all of them, or
+nearly all those it answers (TWIN_FRACTION, MIN_AGREEING), so that special-casing an input or
+two does not hide a copy. A run that fails twice rejects its tasks (admission: sandbox_error),
+and its sandbox CPU is charged to them.
 
 The whole benchmark is held out (app.py), not only the problems a run validates on: a
 checkpoint is judged on all of HumanEval later, and a twin of a problem outside the run's subset
@@ -18,14 +21,18 @@ problems, measured here, against 0.02 s for 8 problems).
 
 What it does not catch: a twin with an example on which the validation solution is slower than
 CALL_S (fib(50) and HumanEval/55's recursive fib), a task that computes a validation problem
-only on inputs the task does not show, and one that special-cases more than a fifth of the
-examples the problem answers (or shows fewer than MIN_AGREEING and special-cases one).
+only on inputs the task does not show, one that special-cases more than a fifth of the
+examples the problem answers (or shows fewer than MIN_AGREEING and special-cases one), and
+disguises past the mappings and the float tolerance (arguments nested deeper, renamed keys,
+an output scaled or wrapped in a dict, rounding to fewer than two decimal places).
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
+import pickle
 from collections.abc import Sequence
 
 from spade_ray.execution import canonical
@@ -43,6 +50,13 @@ class HeldOut:
 
 
 CALL_S = 0.05  # one validation solution on one input; a slower one is no twin
+# ... and enforced from outside: the timer inside cannot stop one C call (HumanEval/60's
+# sum(range(n + 1)) on n = 10**10 ran past the whole run's 26.6 s budget, and every task of
+# its chunk went unchecked: red-team s23 H1). A child process runs the (problem, task,
+# mapping) items and reports each; one silent for the item's examples x CALL_S plus this is
+# killed, that item is no twin, and a new child goes on from the next. Slack for a fork and
+# a loaded machine (this one ran the twin job at 6x its CPU time in wall time):
+ITEM_SLACK_S = 0.5
 # A twin: the validation solution gives every one of the task's expected outputs, or nearly
 # all of those of the examples it answers (returns a value on). Every one was evaded by
 # one special case: HumanEval/13's gcd plus `if a == 0 and b == 0: return -1` and the input
@@ -52,11 +66,18 @@ CALL_S = 0.05  # one validation solution on one input; a slower one is no twin
 # examples /64 answers ("" raises IndexError there), too few to tell (MIN_AGREEING), and
 # augmented on 12 of 12 (it is distinct_vowels now, and the seed fibonacci, /55 on every
 # input but fib(50), which /55 computes too slowly, is lucas). One slower than CALL_S still
-# ends the problem: the augmented seed pool's twin run (39 tasks, 514 examples) takes 4.5 s
+# ends the mapping: the augmented seed pool's twin run (39 tasks, 514 examples) took 4.5 s
 # here where the every-example rule took 2.6 s, and waiting on each slow example as on a raise
-# made it 7.0 s.
+# made it 7.0 s. The mappings (below) double the calls (45,390 where 22,410 on the augmented
+# pool, 8,239 where 4,565 as shipped); parsing each example once, not once per problem, pays
+# for most of it: the TWINS process's CPU, 3 runs each alternating with the old one, was
+# 4.1-7.3 s augmented where 4.1-6.0 s, 2.8-3.2 s as shipped where 2.2-2.3 s (s23; this
+# 2-core machine under other jobs, where the same run's CPU time varies up to 2x). A call
+# stuck in C costs its item's examples x CALL_S plus ITEM_SLACK_S: digit_count(10**10) with
+# HumanEval/60, 0.7 s, where it took the whole 26.6 s budget and the chunk.
 # "Nearly all" is bounded on three sides, measured on the seed pool against all 164 problems
-# (tests/tasks/test_decontamination.py; as shipped, and augmented as generated tasks are):
+# (tests/tasks/test_decontamination.py; as shipped, and augmented as generated tasks are),
+# each for one mapping of the arguments:
 TWIN_FRACTION = 0.8  # of the answered examples agree: all but 2 of 13 (a special case
 # usually reaches an augmented input or two of the input it was written for)
 MIN_AGREEING = 6  # agreeing examples at least: the shipped seeds' closest non-twins agree on
@@ -64,9 +85,25 @@ MIN_AGREEING = 6  # agreeing examples at least: the shipped seeds' closest non-t
 # has more than 7 examples, so none is a twin but by agreeing on all, as before
 MIN_DISTINCT = 4  # different outputs among them at least: a bool or a small count agrees by
 # chance (augmented seeds: is_power_of_two with /138 on 12 of 14 in two values, is_balanced
-# with /56 on 13 of 15 in two, max_index with /73 on 11 of 14 in three)
+# with /56 on 13 of 15 in two, max_index with /73 on 11 of 14 in three); counted on the
+# validation solution's results, so that a tolerance cannot make one value agree with four
+# Disguises a generator writes in one line (red-team s23 H2, each admitted before): the
+# arguments in another order (HumanEval/18, /44), an unused extra one (/18), all of them in
+# one tuple (/18), a tuple for a list (/26), a float rounded (/4 to 12 places, which the
+# grader's 1e-9 tolerance then passed /4's own solution on). So the task's arguments are
+# mapped, alike on all its examples: every order of them and every order of all but one
+# (up to MAX_PERMUTED arguments; past that only as they are and all but one), and a single
+# list or tuple argument spread; a mapping the problem's signature does not bind is skipped.
+# Results agree as data: a list or tuple with either, element by element, a str with the
+# str() of the result, a number (never a bool) within the tolerance below.
+MAX_PERMUTED = 3  # 12 mappings for 3 arguments (6 orders, 3 x 2 with one dropped)
+# Rounding must not hide a twin: to 2 decimal places (the usual "round to two decimals", and
+# HumanEval/71's own) moves a value by up to 0.005, within ABS_TOL; to 4 significant digits
+# by up to 5e-4 of it, within REL_TOL. A looser bound lets unrelated small floats agree.
+REL_TOL = 1e-3
+ABS_TOL = 1e-2
 TWINS = r'''
-import ast, inspect, json, os, signal, sys
+import base64, inspect, itertools, json, math, os, pickle, select, signal, sys
 job = json.loads(sys.stdin.read())
 out = os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_WRONLY)
@@ -92,47 +129,163 @@ def guarded(fn, *args):
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-found = {}
-for problem_id, source, entry in job["problems"]:
+def same(value, expected):
+    if isinstance(expected, bool) or expected is None:
+        return value is expected
+    if isinstance(expected, str):
+        return value == expected if isinstance(value, str) else str(value) == expected
+    if isinstance(expected, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if isinstance(value, int) and isinstance(expected, int):
+            return value == expected
+        try:
+            return math.isclose(value, expected, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+        except OverflowError:
+            return False
+    if isinstance(expected, (list, tuple)):
+        return isinstance(value, (list, tuple)) and len(value) == len(expected) and \
+            all(same(v, e) for v, e in zip(value, expected))
+    if isinstance(expected, dict):
+        return isinstance(value, dict) and value.keys() == expected.keys() and \
+            all(same(value[k], e) for k, e in expected.items())
+    return type(value) is type(expected) and value == expected
+
+
+def answer(fn, args, expected):
+    value = fn(*args)
+    return repr(value) if same(value, expected) else None
+
+
+def mapped(args, mapping):
+    unpack, order = mapping
+    args = tuple(args[0]) if unpack else args
+    return args if order is None else tuple(args[j] for j in order)
+
+
+def mappings(calls):
+    arities = {len(args) for args in calls}
+    tried = [(False, None)]
+    if len(arities) == 1 and (n := arities.pop()) > 1:
+        kept = [[j for j in range(n) if j != k] for k in range(n)]
+        if n <= MAX_PERMUTED:
+            orders = list(itertools.permutations(range(n)))[1:] + \
+                [order for rest in kept for order in itertools.permutations(rest)]
+        else:
+            orders = [tuple(rest) for rest in kept]
+        tried += [(False, order) for order in orders]
+    if all(len(args) == 1 and type(args[0]) in (list, tuple) for args in calls):
+        tried.append((True, None))
+    return tried
+
+
+def twin(fn, blobs, expected, mapping):
+    agreed, answered, outputs = 0, 0, set()
+    for i, (blob, wanted) in enumerate(zip(blobs, expected)):
+        try:
+            key = guarded(answer, fn, mapped(pickle.loads(blob), mapping), wanted)
+            answered += 1
+            if key is not None:
+                agreed += 1
+                outputs.add(key)
+        except Late:
+            return False  # slower than CALL_S: no twin, as before (waiting on more cost 2x)
+        except BaseException:
+            pass  # not answered: no evidence either way
+        if answered - agreed > (1 - TWIN_FRACTION) * len(blobs) + 1e-9 or \
+                agreed + len(blobs) - i - 1 < min(MIN_AGREEING, len(blobs)):
+            return False  # no twin whatever the rest give
+    return agreed == len(blobs) or (agreed >= MIN_AGREEING and len(outputs) >= MIN_DISTINCT
+                                    and agreed >= TWIN_FRACTION * answered - 1e-9)
+
+
+def defined(source, problem_id, entry):
     namespace = {"__name__": "validation"}
+    guarded(exec, compile(source, problem_id, "exec"), namespace)
+    fn = namespace[entry]
+    return fn, inspect.signature(fn)
+
+
+tasks = []  # per task: its calls' arguments as pickles (a fresh copy per call: /70 and
+# others change their argument), its expected outputs, its mappings with the counts of
+# arguments each makes
+for examples in job["tasks"]:
+    blobs = [base64.b64decode(args) for args, _ in examples]
+    calls = [pickle.loads(blob) for blob in blobs]
+    tasks.append((blobs, [pickle.loads(base64.b64decode(expected)) for _, expected in examples],
+                  [(m, {len(mapped(args, m)) for args in calls}) for m in mappings(calls)]))
+fns, work = [], []  # work: (problem, task, mapping) in the order they are tried
+for problem_id, source, entry in job["problems"]:
     try:
-        guarded(exec, compile(source, problem_id, "exec"), namespace)
-        fn = namespace[entry]
-        signature = inspect.signature(fn)
+        fn, signature = defined(source, problem_id, entry)
     except BaseException:
         continue
-    for t, examples in enumerate(job["tasks"]):
-        if str(t) in found:
-            continue
-        cases = [(ast.literal_eval(call), expected) for call, expected in examples]
+    binds = {}
+    for n in {n for _, _, ms in tasks for _, lengths in ms for n in lengths}:
         try:
-            for args, _ in cases:
-                signature.bind(*args)
+            binds[n] = signature.bind(*range(n)) is not None
         except TypeError:
-            continue
-        agreed, answered, outputs = 0, 0, set()
-        for i, (args, expected) in enumerate(cases):
-            try:
-                result = repr(guarded(fn, *args))
-            except Late:
-                break  # slower than CALL_S: no twin, as before (waiting on more cost 2x)
-            except BaseException:
-                result = None  # not answered: no evidence either way
-            answered += result is not None
-            if result == expected:
-                agreed += 1
-                outputs.add(expected)
-            if answered - agreed > (1 - TWIN_FRACTION) * len(cases) + 1e-9 or \
-                    agreed + len(cases) - i - 1 < min(MIN_AGREEING, len(cases)):
-                break  # no twin whatever the rest give
-        else:
-            if agreed == len(cases) or (agreed >= MIN_AGREEING and len(outputs) >= MIN_DISTINCT
-                                        and agreed >= TWIN_FRACTION * answered - 1e-9):
-                found[str(t)] = problem_id
-out.write(json.dumps(found))
+            binds[n] = False
+    fns.append((problem_id, fn))
+    work += [(len(fns) - 1, t, m) for t, (_, _, ms) in enumerate(tasks)
+             for m, lengths in ms if all(binds[n] for n in lengths)]
+
+
+def child(start, write):
+    for p, t, m in work[start:]:
+        if t not in found:
+            blobs, expected, _ = tasks[t]
+            hit = twin(fns[p][1], blobs, expected, m)
+            if hit:
+                found[t] = fns[p][0]
+            os.write(write, b"1" if hit else b"0")
+
+
+def watch(start):
+    """Runs work[start:] in a child; the index to go on from: len(work), or the item after one
+    the child did not finish within its deadline (killed: no twin)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            child(start, write)
+        finally:
+            os._exit(0)
+    os.close(write)
+    i, done, k = start, b"", 0
+    try:
+        while True:
+            while i < len(work) and work[i][1] in found:
+                i += 1
+            if i == len(work):
+                return i
+            if k == len(done):
+                deadline = len(tasks[work[i][1]][0]) * CALL_S + ITEM_SLACK_S
+                if not select.select([read], [], [], deadline)[0]:
+                    return i + 1  # stuck in one call (a C loop the timer cannot stop)
+                done, k = os.read(read, 65536), 0
+                if not done:  # the child died on this one
+                    return i + 1
+            if done[k] == ord("1"):
+                found[work[i][1]] = fns[work[i][0]][0]
+            i, k = i + 1, k + 1
+    finally:
+        os.close(read)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+found = {}
+start = 0
+while start < len(work):
+    start = watch(start)
+out.write(json.dumps({str(t): problem_id for t, problem_id in found.items()}))
 out.flush()
-'''.replace("CALL_S", repr(CALL_S)).replace("TWIN_FRACTION", repr(TWIN_FRACTION)) \
-    .replace("MIN_AGREEING", repr(MIN_AGREEING)).replace("MIN_DISTINCT", repr(MIN_DISTINCT))
+'''.replace("CALL_S", repr(CALL_S)).replace("ITEM_SLACK_S", repr(ITEM_SLACK_S)) \
+    .replace("TWIN_FRACTION", repr(TWIN_FRACTION)).replace("MIN_AGREEING", repr(MIN_AGREEING)) \
+    .replace("MIN_DISTINCT", repr(MIN_DISTINCT)).replace("MAX_PERMUTED", repr(MAX_PERMUTED)) \
+    .replace("REL_TOL", repr(REL_TOL)).replace("ABS_TOL", repr(ABS_TOL))
 
 
 def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
@@ -142,27 +295,57 @@ def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
                  for p in problems)
 
 
+@dataclasses.dataclass(frozen=True)
+class TwinCheck:
+    """What the twin run found: per task, the id of the validation problem it is, or None;
+    `failed`: the run failed twice and no task was checked (found is all None); and the
+    sandbox CPU of the runs, to be charged to the tasks."""
+
+    found: tuple[str | None, ...]
+    failed: bool
+    cpu_s: float
+
+
 def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], executor,
-          limits: Limits) -> list[str | None]:
+          limits: Limits) -> TwinCheck:
     """Per task (its examples), the id of a validation problem whose solution returns every one
-    of its expected outputs (repr for repr: `True` is not `1`), or nearly every one of those it
-    answers (TWIN_FRACTION, MIN_AGREEING), or None. One sandbox run for all of them; a run that
-    fails finds no twin (no task is rejected for the sandbox's sake)."""
+    of its expected outputs (as data: `True` is not `1`) under one mapping of its arguments,
+    or nearly every one of those it answers (TWIN_FRACTION, MIN_AGREEING), or None. One
+    sandbox run for all of them, run again once if it fails: a run that fails twice checks
+    no task, and says so (a failed run used to mean no twin, and one slow task in a chunk
+    let a verbatim HumanEval/18 through: red-team s23 H1)."""
     if not tasks or not held_out:
-        return [None] * len(tasks)
+        return TwinCheck((None,) * len(tasks), False, 0.0)
     job = {"problems": [[h.problem_id, h.source, h.entry_point] for h in held_out],
-           "tasks": [[[repr(canonical.decode(e.args)), repr(canonical.decode(e.expected))]
-                      for e in examples] for examples in tasks]}
+           "tasks": [[[_pickled(e.args), _pickled(e.expected)] for e in examples]
+                     for examples in tasks]}
     budget = CALL_S * len(held_out) * max(len(examples) for examples in tasks) + 2.0
-    run = executor.run(TWINS, stdin=json.dumps(job),
-                       limits=dataclasses.replace(limits, timeout_s=budget, cpu_s=budget))
+    cpu_s = 0.0
+    for _ in range(2):
+        run = executor.run(TWINS, stdin=json.dumps(job),
+                           limits=dataclasses.replace(limits, timeout_s=budget, cpu_s=budget))
+        cpu_s += run.cpu_s
+        found = _found(run, len(tasks))
+        if found is not None:
+            return TwinCheck(found, False, cpu_s)
+    return TwinCheck((None,) * len(tasks), True, cpu_s)
+
+
+def _pickled(value: str) -> str:
+    """A canonical value as TWINS reads it: pickled (trusted data from here), since a repr
+    does not always parse back (float('inf') prints as `inf`)."""
+    return base64.b64encode(pickle.dumps(canonical.decode(value))).decode()
+
+
+def _found(run, count: int) -> tuple[str | None, ...] | None:
+    """Per task, the problem TWINS printed for it; None when the run did not end well."""
     if run.status is not ExecStatus.OK:
-        return [None] * len(tasks)
+        return None
     try:
         found = json.loads(run.stdout)
     except ValueError:
-        return [None] * len(tasks)
+        return None
     if not isinstance(found, dict):
-        return [None] * len(tasks)
-    return [found.get(str(t)) if isinstance(found.get(str(t)), str) else None
-            for t in range(len(tasks))]
+        return None
+    return tuple(found.get(str(t)) if isinstance(found.get(str(t)), str) else None
+                 for t in range(count))

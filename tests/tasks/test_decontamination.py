@@ -1,5 +1,7 @@
 """Validation twins: a task that computes a validation problem is rejected, by execution."""
 
+import pytest
+
 from spade_ray.evaluation.humaneval import load_problems
 from spade_ray.records import Limits, TaskFamily, TaskSource
 from spade_ray.tasks.admission import AdmissionConfig, admit
@@ -102,4 +104,108 @@ def test_the_seed_pool_has_no_twin_in_humaneval(sandbox):
     verdicts = admit([p for _, p in seeds], [TaskFamily.CODEGEN] * len(seeds),
                      [t for t, _ in seeds], sandbox, LIMITS, source=TaskSource.SEED)
     examples = [v.task.tests.examples for v in verdicts]
-    assert twins(examples, HUMANEVAL, sandbox, LIMITS) == [None] * len(seeds)
+    assert twins(examples, HUMANEVAL, sandbox, LIMITS).found == (None,) * len(seeds)
+
+
+def problem(problem_id: str) -> HeldOut:
+    return next(h for h in HUMANEVAL if h.problem_id == problem_id)
+
+
+PAIRS = [("aaaa", "aa"), ("abcabcab", "ab"), ("xyzxyzx", "x"), ("banana", "ana"),
+         ("mississippi", "ss"), ("hello", "l")]
+COUNTING = ("    times = 0\n    for i in range(len(string) - len(substring) + 1):\n"
+            "        if string[i:i+len(substring)] == substring:\n            times += 1\n"
+            "    return times\n")  # HumanEval/18's body
+HOW_MANY_TIMES = proposal("def how_many_times(string: str, substring: str) -> int:\n"
+                          + COUNTING, "\n".join(f"how_many_times({a!r}, {b!r})"
+                                                for a, b in PAIRS))
+
+
+def test_one_task_with_a_big_input_leaves_the_rest_of_its_chunk_checked(sandbox):
+    """HumanEval/60's sum(range(n + 1)) on 10**10 is one C call that the timer inside the
+    twin run cannot stop: it ran past the chunk's whole budget, and a verbatim HumanEval/18 in
+    the same chunk was admitted (red-team s23 H1). Now that call alone is stopped, as slow."""
+    digits = proposal("def digit_count(n: int) -> int:\n    count = 0\n    while n > 0:\n"
+                      "        n //= 10\n        count += 1\n    return count\n",
+                      "digit_count(10000000000)\ndigit_count(7)\ndigit_count(123)\n"
+                      "digit_count(4567)")
+    held = (problem("HumanEval/60"), problem("HumanEval/18"))  # a 2.6 s budget: soon spent
+    chunk = admit([HOW_MANY_TIMES, digits], [TaskFamily.CODEGEN] * 2, ["text", "math"],
+                  sandbox, LIMITS, held_out=held)
+    assert [v.reason for v in chunk] == ["validation_twin:HumanEval/18", ""]
+
+
+def test_a_twin_run_that_fails_twice_rejects_its_tasks(sandbox):
+    """Not checked is not admitted: a failed run used to mean no twin for every task."""
+    exits = HeldOut("H/exits", "import os\nos._exit(3)\n", "g")  # ends the whole run
+    assert verdict(sandbox, EUCLID, (exits,)).reason == "sandbox_error"
+
+
+def test_the_twin_runs_cpu_is_charged_to_the_tasks_it_checked(sandbox):
+    """It was charged to none: a chunk's run of up to 100 s went uncounted (red-team s23 H1)."""
+    burns = HeldOut("H/burns", "x = sum(range(10 ** 8))\n", "g")  # 0.8-2.5 s in one C call
+    alone = verdict(sandbox, EUCLID, ())
+    others = tuple(h for h in HUMANEVAL if h.problem_id != "HumanEval/13")  # a budget for it
+    checked = verdict(sandbox, EUCLID, (burns, *others))
+    assert alone.valid and checked.valid and checked.cpu_s > alone.cpu_s + 0.5
+
+
+def swapped(name: str) -> str:
+    return "\n".join(f"{name}({b!r}, {a!r})" for a, b in PAIRS)
+
+
+def test_arguments_in_another_order_hide_no_twin(sandbox):
+    """A one-line disguise a solver carries straight back to the validation problem (red-team
+    s23 H2), as each of the next ones."""
+    occurrences = proposal("def occurrences(substring: str, string: str) -> int:\n"
+                           + COUNTING, swapped("occurrences"))
+    in_base = proposal("def in_base(base: int, x: int) -> str:\n    ret = ''\n"
+                       "    while x > 0:\n        ret = str(x % base) + ret\n"
+                       "        x //= base\n    return ret\n",
+                       "in_base(3, 8)\nin_base(2, 100)\nin_base(7, 255)\nin_base(4, 64)\n"
+                       "in_base(9, 999)\nin_base(5, 35)")
+    assert verdict(sandbox, occurrences, (problem("HumanEval/18"),)).reason == \
+        "validation_twin:HumanEval/18"
+    assert verdict(sandbox, in_base, (problem("HumanEval/44"),)).reason == \
+        "validation_twin:HumanEval/44"
+
+
+def test_an_unused_extra_argument_hides_no_twin(sandbox):
+    extra = proposal("def occurrences(string: str, substring: str, start: int) -> int:\n"
+                     + COUNTING, "\n".join(f"occurrences({a!r}, {b!r}, {k})"
+                                           for k, (a, b) in enumerate(PAIRS)))
+    assert verdict(sandbox, extra, (problem("HumanEval/18"),)).reason == \
+        "validation_twin:HumanEval/18"
+
+
+def test_arguments_packed_in_one_tuple_hide_no_twin(sandbox):
+    packed = proposal("def occurrences(pair: tuple) -> int:\n    string, substring = pair\n"
+                      + COUNTING, "\n".join(f"occurrences(({a!r}, {b!r}))" for a, b in PAIRS))
+    assert verdict(sandbox, packed, (problem("HumanEval/18"),)).reason == \
+        "validation_twin:HumanEval/18"
+
+
+def test_a_tuple_for_a_list_hides_no_twin(sandbox):
+    once = proposal("def unique_once(numbers: list) -> tuple:\n    import collections\n"
+                    "    c = collections.Counter(numbers)\n"
+                    "    return tuple(n for n in numbers if c[n] <= 1)\n",
+                    "unique_once([1, 2, 3, 2, 4])\nunique_once([5, 5, 6, 7])\n"
+                    "unique_once([9, 8, 9, 8, 1])\nunique_once([4, 3, 2, 3])\n"
+                    "unique_once([7, 1, 7, 2, 2, 3])\nunique_once([6, 0, 6, 5])")
+    assert verdict(sandbox, once, (problem("HumanEval/26"),)).reason == \
+        "validation_twin:HumanEval/26"
+
+
+@pytest.mark.parametrize("places", [12, 2])
+def test_a_rounded_float_hides_no_twin(sandbox, places):
+    """Rounded to 12 places, HumanEval/4's own solution passed the admitted task (the grader
+    allows 1e-9); to 2 places is how a description asks for it."""
+    spread = proposal("def spread(numbers: list) -> float:\n"
+                      "    mean = sum(numbers) / len(numbers)\n"
+                      f"    return round(sum(abs(x - mean) for x in numbers) / len(numbers), "
+                      f"{places})\n",
+                      "spread([1.1, 2.3, 4.7])\nspread([0.3, 0.7, 1.9, 2.2])\n"
+                      "spread([5.5, 1.25, 3.3])\nspread([9.1, 2.2, 7.7, 0.4])\n"
+                      "spread([1.0, 2.0, 3.0, 4.0])\nspread([2.71, 3.14, 1.41])")
+    assert verdict(sandbox, spread, (problem("HumanEval/4"),)).reason == \
+        "validation_twin:HumanEval/4"
