@@ -34,8 +34,9 @@ Every rejection has a short, countable reason (the round's metrics count them):
                 few_examples            predict: fewer than `min_predict_examples` answered
                                         inputs, too few to tell a coin flip (coin_flip needs
                                         3 to see two answers, 5 to see three)
-                trivial_passes:lookup   a table of the shown examples plus one guessed value
-                                        (a shown output or a constant) passes every example
+                trivial_passes:lookup   a table of the shown examples (and of those the
+                                        description states) plus one guessed value (a shown
+                                        output or a constant) passes every example
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
                                         reference's mutants, leaving out those any input
                                         kills (raising everywhere, or failing everywhere from
@@ -94,7 +95,7 @@ from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
-from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question
+from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question, stated
 from spade_ray.tasks.making import make_task, suite_of
 from spade_ray.tasks.mutation import mutants
 from spade_ray.tasks.static import signature_reason, static_reason
@@ -154,6 +155,7 @@ class _Core:
     own: int
     cpu_s: float
     lines: tuple[int, ...] = ()  # per example, the line of the `return` that answered it
+    shown: int = 0  # the first ones a codegen or repair prompt shows (_stated_first)
 
 
 def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics: Sequence[str],
@@ -240,7 +242,8 @@ def _core(proposal: Proposal, run, config: AdmissionConfig,
     results = driver.answers(run, len(proposal.inputs), config.max_reference_cpu_s)
     if isinstance(results, str):
         return results
-    own = _examples(proposal.inputs, results)
+    own, shown = _stated_first(_examples(proposal.inputs, results), proposal.description,
+                               config.visible_examples)
     more: list[tuple[IOExample, int]] = []
     if extra_run is not None:
         extra_results = driver.answers(extra_run, len(extras), config.max_reference_cpu_s)
@@ -255,7 +258,20 @@ def _core(proposal: Proposal, run, config: AdmissionConfig,
         return "constant_outputs"
     return _Core(examples, len(own),
                  run.cpu_s + (extra_run.cpu_s if extra_run is not None else 0.0),
-                 tuple(line for _, line in own + more))
+                 tuple(line for _, line in own + more), shown)
+
+
+def _stated_first(own: list[tuple[IOExample, int]], description: str, visible: int
+                  ) -> tuple[list[tuple[IOExample, int]], int]:
+    """The generator's examples with those its description states (guesses.stated) moved up
+    beside the `visible` ones, and how many the prompt shows: all of those, since the prompt
+    shows the description. Red-team pass 11: a description listing the hidden examples was
+    admitted, and with augment_inputs 0 a table of it passed every one; now they are shown
+    ones, which earn no partial credit and count in trivial_passes:lookup and Task.most_shown."""
+    said = set(stated(description, [e for e, _ in own[visible:]]))
+    later = list(enumerate(own[visible:]))
+    return (own[:visible] + [x for i, x in later if i in said]
+            + [x for i, x in later if i not in said], min(len(own), visible) + len(said))
 
 
 def _examples(inputs: Sequence[tuple], results: list) -> list[tuple[IOExample, int]]:
@@ -348,8 +364,7 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     for role, _, result in checks:
         if role.startswith("null:") and result.passed:
             return reject(f"trivial_passes:{role.split(':', 1)[1]}")
-    if family is not TaskFamily.PREDICT and (lookup := lookup_passes(core.examples,
-                                                                     config.visible_examples)):
+    if family is not TaskFamily.PREDICT and (lookup := lookup_passes(core.examples, core.shown)):
         return reject(f"trivial_passes:{lookup}")
     asked = core.own - 1
     if family is TaskFamily.PREDICT:
@@ -369,15 +384,14 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     buggy, bug = None, None
     if family is TaskFamily.REPAIR:
         bugs = [(code, r) for role, code, r in run if counted(role, r)]
-        buggy = repair.shown_bug(bugs, config.visible_examples)
+        buggy = repair.shown_bug(bugs, core.shown)
         if buggy is None:
             return Admitted(p, family, None, "no_killed_mutant", cpu, score)
         bug = dict(bugs)[buggy]
     task = make_task(p, family, topic, core.examples, asked, buggy, limits,
-                     config.visible_examples, source, generator_version)
+                     core.shown, source, generator_version)
     if family is not TaskFamily.PREDICT:
-        task = dataclasses.replace(task, most_shown=most_shown(core.examples,
-                                                               config.visible_examples, bug))
+        task = dataclasses.replace(task, most_shown=most_shown(core.examples, core.shown, bug))
     return Admitted(p, family, task, "", cpu, score)
 
 

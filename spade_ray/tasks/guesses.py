@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections.abc import Sequence
 
 from spade_ray.execution import canonical
@@ -20,6 +21,7 @@ from spade_ray.records import CheckResult, IOExample
 from spade_ray.tasks import repair
 from spade_ray.tasks.format import Proposal
 
+STATED_GAP = 40  # characters between an argument list and its output in a description (stated)
 SAME_RETURN_EVIDENCE = 5  # answers of one `return` that show it has at most two (coin_flip)
 # A guess among this many answers passes a third of the time: inside the 30-70% band the
 # generator's learnability reward pays most for (four or more: a quarter or less).
@@ -68,6 +70,27 @@ def lookup_passes(examples: Sequence[IOExample], visible: int) -> str | None:
         return None
     guessable = {e.expected for e in examples[:visible]} | set(NULL_ENCODED.values())
     return "lookup" if not hidden or hidden <= guessable else None
+
+
+def stated(description: str, examples: Sequence[IOExample]) -> list[int]:
+    """The examples the description states: an argument list (in brackets, or bare when it
+    and the output have four characters or more) and, at most STATED_GAP characters after it,
+    the output, each as Python writes it (`digit_mix(67) == 57`, "for 67 the answer is 57").
+    The codegen and repair prompts show the description, so these are shown examples whatever
+    the task calls them (red-team pass 11: a description listing the hidden examples was
+    admitted, and a table of it passed every one with augment_inputs 0)."""
+    out = []
+    for i, e in enumerate(examples):
+        args, expected = canonical.decode(e.args), canonical.decode(e.expected)
+        calls = {", ".join(map(repr, args)), ", ".join(map(str, args))} - {""}
+        answers = {repr(expected), str(expected)} - {""}
+        if any(re.search(rf"{left}{re.escape(call)}{right}.{{0,{STATED_GAP}}}?(?<!\w)"
+                         rf"{re.escape(answer)}(?!\w)", description, re.DOTALL)
+               for call in calls for answer in answers
+               for left, right in ((r"\(", r"\)"), (r"(?<!\w)", r"(?!\w)"))
+               if left == r"\(" or len(call) + len(answer) >= 4):  # "7 ... 3" is no example
+            out.append(i)
+    return out
 
 
 def most_shown(examples: Sequence[IOExample], visible: int, bug: CheckResult | None) -> int:

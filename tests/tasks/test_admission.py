@@ -378,3 +378,20 @@ def test_a_reference_that_forgot_an_import_is_admitted_with_it(sandbox):
     v = verdict(sandbox, p)
     assert v.valid, v.reason
     assert v.task.reference.startswith("from collections import Counter\n")
+
+
+def test_examples_the_description_states_are_shown_ones(sandbox):
+    # Red-team pass 11: a description listing the hidden examples was admitted, and with
+    # augment_inputs 0 a table of the prompt passed every one of them.
+    body = ("def digit_mix(n: int) -> int:\n    total = 0\n"
+            "    for i, ch in enumerate(str(n)):\n"
+            "        total = total * 3 + int(ch) * (i + 2)\n    return total % 97\n")
+    calls = "digit_mix(98)\ndigit_mix(1111)\ndigit_mix(67)\ndigit_mix(305)\ndigit_mix(42)"
+    leaky = proposal(body, calls, "Mix the digits of n. Checks: digit_mix(67) == 57, "
+                                  "digit_mix(305) == 74, digit_mix(42) == 30.")
+    assert verdict(sandbox, leaky).reason == "trivial_passes:lookup"  # nothing left hidden
+    task = verdict(sandbox, leaky, config=AUGMENT).task  # the augmented inputs stay hidden
+    assert [canonical.decode(e.args) for e in task.visible] == [(98,), (1111,), (67,), (305,),
+                                                               (42,)]
+    assert task.tests.examples[:5] == task.visible and len(task.tests.examples) > 5
+    assert verdict(sandbox, proposal(body, calls, "Mix the digits of n.")).valid

@@ -6,7 +6,7 @@ import pytest
 
 from spade_ray.execution import canonical
 from spade_ray.tasks.admission import AdmissionConfig
-from spade_ray.tasks.guesses import bit_on_an_argument, null_solvers
+from spade_ray.tasks.guesses import bit_on_an_argument, null_solvers, stated
 from tests.tasks.test_admission import AUGMENT, CODEGEN, GOOD, PREDICT, REPAIR, proposal, verdict
 
 
@@ -193,3 +193,13 @@ def test_a_predict_question_is_never_one_whose_answer_a_string_of_the_program_ho
                  "    return (n * 7919 + 1007) % 2000", "f(5)\nf(17)\nf(44)\nf(90)\nf(123)")
     v = verdict(sandbox, p, PREDICT)
     assert v.valid and canonical.decode(v.task.visible[0].args) == (90,)
+
+
+def test_the_examples_a_description_states_are_found():
+    examples = [canonical.example((67,), 57), canonical.example((305,), 74),
+                canonical.example((7,), 3), canonical.example(("ab", [1, 2]), "b")]
+    assert stated("Mix the digits. Checks: mix(67) == 57, mix(305) == 74.", examples) == [0, 1]
+    assert stated("For 305 the answer is 74; f(7) gives 3.", examples) == [1, 2]
+    assert stated("f('ab', [1, 2]) returns 'b'", examples) == [3]
+    # small numbers that happen to be near each other are no example
+    assert stated("Count the 7 digits, 3 at most, of 67.", examples) == []
