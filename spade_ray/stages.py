@@ -52,7 +52,7 @@ from spade_ray.rollout.sampling import TokenBudgetExceeded, TokenMeter, sample_d
 from spade_ray.tasks import candidate_program, executable
 from spade_ray.tasks.admission import AdmissionConfig, Admitted, admit
 from spade_ray.tasks.control import Guidance
-from spade_ray.tasks.decontamination import HeldOut
+from spade_ray.tasks.decontamination import HeldOut, known_tasks
 from spade_ray.tasks.diversity import most_similar, normalised_hash
 from spade_ray.tasks.families import solver_prompt
 from spade_ray.tasks.format import Proposal, TaskFormatError, inputs_frame, parse_proposal
@@ -121,7 +121,7 @@ class Generation:
         admitted = admit([p for _, p in proposals], [outputs[i][1] for i, _ in proposals],
                          [outputs[i][0] for i, _ in proposals], executor, self.limits,
                          self.admission, generator_version=self.engines.weights_version,
-                         held_out=self.held_out)
+                         held_out=self.held_out + known_tasks(known))
         verdicts = {i: v for (i, _), v in zip(proposals, admitted)}
         inputs = []
         for i, (_, family, prompt, completion, outcome) in enumerate(outputs):
@@ -130,7 +130,9 @@ class Generation:
                 outcome = "admitted" if verdict.valid else verdict.reason
             inputs.append(GeneratorInput(index=0, prompt=prompt, completion=completion,
                                          outcome=outcome, family=family,
-                                         executed=verdict is not None,
+                                         # a known task's twin is a copy (-1)
+                                         executed=verdict is not None
+                                         and verdict.reason != "known_twin",
                                          task_id=verdict.task.task_id
                                          if verdict is not None and verdict.valid else None))
         return GeneratedChunk(tuple(work), tuple(inputs), tuple(admitted), generate_s,

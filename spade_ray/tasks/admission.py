@@ -49,6 +49,9 @@ Every rejection has a short, countable reason (the round's metrics count them):
     held out    validation_twin:<id>    a validation problem's solution gives every expected
                                         output, or nearly all of those it answers: the task
                                         is that problem (decontamination.py)
+                known_twin              a known task's reference (the archive's, a seed's:
+                                        decontamination.known_tasks) gives its expected
+                                        outputs as a validation twin's would: a copy
     integrity   reference_fails_examples the trusted grader does not reproduce the outputs
     infra       sandbox_error           the sandbox failed twice (the task is not judged),
                                         on its reference's check or on the twin run
@@ -92,7 +95,7 @@ from spade_ray.records import (
 )
 from spade_ray.tasks import driver, repair
 from spade_ray.tasks.augment import augmented_inputs
-from spade_ray.tasks.decontamination import HeldOut, twins
+from spade_ray.tasks.decontamination import KNOWN, HeldOut, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question, stated
@@ -189,7 +192,8 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
         if twin_check.failed:
             cores[key] = "sandbox_error"
         elif twin is not None:
-            cores[key] = f"validation_twin:{twin}"
+            cores[key] = ("known_twin" if twin.startswith(KNOWN)
+                          else f"validation_twin:{twin}")
     checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
                       if isinstance(core, _Core)}, executor, limits, config)
     run_cpu = {key: run.cpu_s + (extra_runs[key].cpu_s if key in extra_runs else 0.0)

@@ -5,7 +5,7 @@ import pytest
 from spade_ray.evaluation.humaneval import load_problems
 from spade_ray.records import Limits, TaskFamily, TaskSource
 from spade_ray.tasks.admission import AdmissionConfig, admit
-from spade_ray.tasks.decontamination import HeldOut, held_out, twins
+from spade_ray.tasks.decontamination import KNOWN, HeldOut, held_out, known_tasks, twins
 from spade_ray.tasks.format import parse_proposal
 from spade_ray.tasks.seeds import load_seed_proposals
 
@@ -209,3 +209,26 @@ def test_a_rounded_float_hides_no_twin(sandbox, places):
                       "spread([1.0, 2.0, 3.0, 4.0])\nspread([2.71, 3.14, 1.41])")
     assert verdict(sandbox, spread, (problem("HumanEval/4"),)).reason == \
         "validation_twin:HumanEval/4"
+
+
+def test_a_known_task_under_new_text_is_a_copy(sandbox, seeds):
+    # Red-team pass 11: a seed's code with a sentence as a statement, its last return through a
+    # variable, under a re-worded description, was new to the hash and to near-duplicates.
+    # What it computes is the seed: the twin test with the run's known tasks says so.
+    body = ("def squeeze(text: str) -> str:\n    out = ''\n"
+            "    'Walk the text once, keeping the count of the current run.'\n"
+            "    for ch, group in groupby(text):\n        out += f'{ch}{len(list(group))}'\n"
+            "    result = out\n    return result\n")
+    calls = "squeeze('aaabcc')\nsqueeze('')\nsqueeze('zz')\nsqueeze('abc')\nsqueeze('xxxyyz')"
+    copy = proposal("from itertools import groupby\n\n" + body, calls,
+                    "Shorten a string by writing each block of one letter as letter and length.")
+    known = known_tasks([t for t in seeds if t.family is TaskFamily.CODEGEN])
+    assert verdict(sandbox, copy, ()).valid
+    assert verdict(sandbox, copy, HUMANEVAL + known).reason == "known_twin"
+    # the seed pool's own: one seed computes another on its examples (an index in a sorted
+    # list of distinct items is its last index too)
+    twins_found = {t.entry_point: twins([t.tests.examples], [k for k in known
+                                        if k.problem_id != KNOWN + t.task_id], sandbox,
+                                        LIMITS).found[0]
+                   for t in seeds if t.family is TaskFamily.CODEGEN}
+    assert {name for name, twin in twins_found.items() if twin} == {"binary_search"}
