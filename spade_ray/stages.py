@@ -28,6 +28,7 @@ from spade_ray.execution import Executor
 from spade_ray.preferences import build_groups, build_pairs
 from spade_ray.preferences.generator import (
     GeneratorReward,
+    behaviour,
     build_generator_groups,
     build_generator_pairs,
     generator_reward,
@@ -45,7 +46,6 @@ from spade_ray.records import (
     Score,
     Task,
     TaskFamily,
-    Verdict,
 )
 from spade_ray.rollout.actor import RoleEngines
 from spade_ray.rollout.sampling import TokenBudgetExceeded, TokenMeter, sample_distinct
@@ -284,22 +284,6 @@ class Scored:
     # tasks whose candidates split between the right answer and one other (generator.
     # two_answers, of their `behaviour`s): their generator outputs earn no band reward
     two_answers: frozenset[str] = frozenset()
-
-
-def behaviour(task: Task, candidate: Candidate, check: CheckResult, shown: int) -> str | None:
-    """What a candidate answered, for generator.two_answers: a predict task's literal, or a
-    reading of the task: the verdict on each example of a program that fits every example its
-    prompt showed (`shown`; red-team pass 11: 'the middle element', shown on odd lengths and
-    graded on even ones, split a solver between two readings and paid its generator 0.68 at
-    K = 4). None for any other program (one that crashed, or fails what it was shown, read
-    nothing of the task: each of its draws counts as an answer of its own)."""
-    if task.family is TaskFamily.PREDICT:
-        return candidate.code
-    verdicts = {o.name: o.outcome for o in check.outcomes}
-    if not verdicts or any(verdicts.get(f"example[{i}]") is not Verdict.PASSED
-                           for i in range(shown)):
-        return None
-    return repr(tuple(o.outcome.value for o in check.outcomes))
 
 
 def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: float,

@@ -132,7 +132,7 @@ def test_a_pass_rate_counts_every_draw_not_every_distinct_text():
 def test_a_program_task_split_between_two_readings_is_told(wrong, split):
     # Red-team pass 11: 'the middle element', shown on odd lengths and graded on even ones: a
     # solver picking between the two readings paid its generator 0.68 at K = 4 (it is the
-    # predict coin flip with a program's verdicts for its answer: stages.behaviour)
+    # predict coin flip with a program's verdicts for its answer: generator.behaviour)
     examples = tuple(canonical.example((x,), x // 2) for x in (3, 4, 6))
     task = dataclasses.replace(f.task(), tests=TestSuite(examples=examples, entry_point="f"),
                                visible=examples[:1])  # example[0] was shown

@@ -15,7 +15,7 @@ nothing for a task whose candidates split between the right answer and one other
 (`two_answers`): which of two answers is right decided their verdicts, which is what a coin flip
 the solver cannot compute looks like (`n * n + bit`, a bit from a scrambled seed: admission's
 guesses model some readable parts, this needs none). A program's answer is its verdict on each
-example (stages.behaviour): a description with two readings that only hidden examples tell
+example (`behaviour`): a description with two readings that only hidden examples tell
 apart is a coin flip too. An honest question with one common trap
 looks the same and loses its band reward too: the price of never paying for a coin flip. The
 default is `band` because the project's target is the zone of proximal development (a pass rate
@@ -36,7 +36,16 @@ import enum
 from collections.abc import Sequence
 
 from spade_ray.execution import canonical
-from spade_ray.records import CompletionGroup, PreferencePair, Role
+from spade_ray.records import (
+    Candidate,
+    CheckResult,
+    CompletionGroup,
+    PreferencePair,
+    Role,
+    Task,
+    TaskFamily,
+    Verdict,
+)
 from spade_ray.tracking import GeneratorInput
 
 INVALID_REWARD = -1.0  # not a new program: unparsable, or a copy
@@ -60,9 +69,25 @@ def generator_reward(admitted: bool, executed: bool, pass_rate: float | None,
     return 1.0 - 2.0 * abs(pass_rate - 0.5) if kind is GeneratorReward.BAND else 1.0 - pass_rate
 
 
+def behaviour(task: Task, candidate: Candidate, check: CheckResult, shown: int) -> str | None:
+    """What a candidate answered, for two_answers: a predict task's literal, or a
+    reading of the task: the verdict on each example of a program that fits every example its
+    prompt showed (`shown`; red-team pass 11: 'the middle element', shown on odd lengths and
+    graded on even ones, split a solver between two readings and paid its generator 0.68 at
+    K = 4). None for any other program (one that crashed, or fails what it was shown, read
+    nothing of the task: each of its draws counts as an answer of its own)."""
+    if task.family is TaskFamily.PREDICT:
+        return candidate.code
+    verdicts = {o.name: o.outcome for o in check.outcomes}
+    if not verdicts or any(verdicts.get(f"example[{i}]") is not Verdict.PASSED
+                           for i in range(shown)):
+        return None
+    return repr(tuple(o.outcome.value for o in check.outcomes))
+
+
 def two_answers(answers: Sequence[str], passed: Sequence[bool]) -> bool:
     """Whether a task's rated draws (`answers`: a predict literal, or a program's verdicts,
-    stages.behaviour) split between the right answer and one other that two or more of them
+    `behaviour`) split between the right answer and one other that two or more of them
     gave, compared as data."""
     wrong = {_value(a) for a, ok in zip(answers, passed) if not ok}
     failed = sum(not ok for ok in passed)
