@@ -121,7 +121,7 @@ class Generation:
         admitted = admit([p for _, p in proposals], [outputs[i][1] for i, _ in proposals],
                          [outputs[i][0] for i, _ in proposals], executor, self.limits,
                          self.admission, generator_version=self.engines.weights_version,
-                         held_out=self.held_out + known_tasks(known))
+                         held_out=self.held_out, known=known_tasks(known))
         verdicts = {i: v for (i, _), v in zip(proposals, admitted)}
         inputs = []
         for i, (_, family, prompt, completion, outcome) in enumerate(outputs):

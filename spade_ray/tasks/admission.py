@@ -95,7 +95,7 @@ from spade_ray.records import (
 )
 from spade_ray.tasks import driver, repair
 from spade_ray.tasks.augment import augmented_inputs
-from spade_ray.tasks.decontamination import KNOWN, HeldOut, twins
+from spade_ray.tasks.decontamination import HeldOut, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question, stated
@@ -164,11 +164,13 @@ class _Core:
 def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics: Sequence[str],
           executor, limits: Limits, config: AdmissionConfig = AdmissionConfig(),
           source: TaskSource = TaskSource.GENERATED, generator_version: int = -1,
-          held_out: Sequence[HeldOut] = ()) -> list[Admitted]:
+          held_out: Sequence[HeldOut] = (), known: Sequence[HeldOut] = ()) -> list[Admitted]:
     """One verdict per proposal: `families[i]` and `topics[i]` are what proposal i becomes.
     Sandbox work is batched and done once per distinct program and inputs (a seed proposal
     listed once per family runs once): one driver run each, one run for validation twins of
-    `held_out` (tasks/decontamination.py), then the checks of all (_checks)."""
+    `held_out` (tasks/decontamination.py) and one for twins of the `known` tasks
+    (decontamination.known_tasks: a run of their own, so that no generated program runs
+    beside the validation solutions), then the checks of all (_checks)."""
     keys = [_job(p, p.inputs) for p in proposals]
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> its first index
     static = {key: static_reason(proposals[i].reference) or signature_reason(proposals[i].signature)
@@ -187,18 +189,22 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
         cores[key] = _core(proposals[first[key]], run, config, extras[key],
                            extra_runs.get(key))
     found = [key for key, core in cores.items() if isinstance(core, _Core)]
-    twin_check = twins([cores[key].examples for key in found], held_out, executor, limits)
-    for key, twin in zip(found, twin_check.found):
-        if twin_check.failed:
+    examples = [cores[key].examples for key in found]
+    twin_check = twins(examples, held_out, executor, limits)
+    copy_check = twins(examples, known, executor, limits)
+    for key, twin, copy in zip(found, twin_check.found, copy_check.found):
+        if twin_check.failed or copy_check.failed:
             cores[key] = "sandbox_error"
         elif twin is not None:
-            cores[key] = ("known_twin" if twin.startswith(KNOWN)
-                          else f"validation_twin:{twin}")
+            cores[key] = f"validation_twin:{twin}"
+        elif copy is not None:
+            cores[key] = "known_twin"
     checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
                       if isinstance(core, _Core)}, executor, limits, config)
     run_cpu = {key: run.cpu_s + (extra_runs[key].cpu_s if key in extra_runs else 0.0)
                for key, run in zip(running, runs)}
-    twin_cpu = {key: twin_check.cpu_s / len(found) for key in found}  # shared evenly
+    twin_cpu = {key: (twin_check.cpu_s + copy_check.cpu_s) / len(found)  # shared evenly
+                for key in found}
     verdicts = []
     for i, (proposal, key) in enumerate(zip(proposals, keys)):
         core = cores[key]

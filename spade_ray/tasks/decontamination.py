@@ -288,16 +288,13 @@ out.flush()
     .replace("REL_TOL", repr(REL_TOL)).replace("ABS_TOL", repr(ABS_TOL))
 
 
-KNOWN = "known:"  # the id prefix of a known task checked as a twin (known_tasks)
-
-
 def known_tasks(tasks: Sequence[Task]) -> tuple[HeldOut, ...]:
     """Tasks the run knows (its archive and seeds) as the twin test checks them: a generated
     task that a known one's reference answers is that task again, however its text differs
     (red-team pass 11: a seed's code padded with a string statement, under a re-worded
     description, was new to the hash and to near-duplicates, and paid as a new task)."""
     by_reference = {t.reference: t for t in tasks}
-    return tuple(HeldOut(f"{KNOWN}{t.task_id}", t.reference, t.entry_point)
+    return tuple(HeldOut(t.task_id, t.reference, t.entry_point)
                  for t in by_reference.values())
 
 

@@ -5,7 +5,7 @@ import pytest
 from spade_ray.evaluation.humaneval import load_problems
 from spade_ray.records import Limits, TaskFamily, TaskSource
 from spade_ray.tasks.admission import AdmissionConfig, admit
-from spade_ray.tasks.decontamination import KNOWN, HeldOut, held_out, known_tasks, twins
+from spade_ray.tasks.decontamination import HeldOut, held_out, known_tasks, twins
 from spade_ray.tasks.format import parse_proposal
 from spade_ray.tasks.seeds import load_seed_proposals
 
@@ -223,12 +223,14 @@ def test_a_known_task_under_new_text_is_a_copy(sandbox, seeds):
     copy = proposal("from itertools import groupby\n\n" + body, calls,
                     "Shorten a string by writing each block of one letter as letter and length.")
     known = known_tasks([t for t in seeds if t.family is TaskFamily.CODEGEN])
-    assert verdict(sandbox, copy, ()).valid
-    assert verdict(sandbox, copy, HUMANEVAL + known).reason == "known_twin"
+    assert verdict(sandbox, copy, HUMANEVAL).valid
+    (copied,) = admit([copy], [TaskFamily.CODEGEN], ["strings"], sandbox, LIMITS,
+                      held_out=HUMANEVAL, known=known)
+    assert copied.reason == "known_twin"
     # the seed pool's own: one seed computes another on its examples (an index in a sorted
     # list of distinct items is its last index too)
     twins_found = {t.entry_point: twins([t.tests.examples], [k for k in known
-                                        if k.problem_id != KNOWN + t.task_id], sandbox,
+                                        if k.problem_id != t.task_id], sandbox,
                                         LIMITS).found[0]
                    for t in seeds if t.family is TaskFamily.CODEGEN}
     assert {name for name, twin in twins_found.items() if twin} == {"binary_search"}
