@@ -11,16 +11,17 @@ rate p on it (K candidates):
     azr   1 - p          for 0 < p < 1, else 0   (Absolute Zero's proposer reward)
 
 Both give nothing for a task nobody solves or everybody solves: neither teaches the solver, and
-nothing for a task whose candidates split between the right answer and one other
-(`two_answers`): which of two answers is right decided their verdicts, which is what a coin flip
-the solver cannot compute looks like (`n * n + bit`, a bit from a scrambled seed: admission's
-guesses model some readable parts, this needs none). A program's answer is its verdict on each
-example (`behaviour`): a description with two readings that only hidden examples tell
-apart is a coin flip too. An honest question with one common trap
-looks the same and loses its band reward too: the price of never paying for a coin flip. The
-default is `band` because the project's target is the zone of proximal development (a pass rate
-of 30-70%): it peaks at p = 0.5 and is symmetric, where `azr` peaks at the hardest solvable task
-and so pushes difficulty up until the solver fails (with K = 4 it pays 0.75 for p = 0.25, and
+nothing for a task whose candidates split between the right answer and one or two others, each
+given twice or more (`two_answers`): which of two or three answers is right decided their
+verdicts, which is what a guess the solver cannot compute looks like (`n * n + bit`, a bit from
+a scrambled seed; `xs[h % 3]`: admission's guesses model some readable parts, this needs none).
+A program's answer is its verdict on each example (`behaviour`): a description with two
+readings that only hidden examples tell apart is a coin flip too. An honest question with one
+or two common traps looks the same and loses its band reward too: the price of never paying
+for a guess. The default is `band` because the project's target is the zone of proximal
+development (a pass rate of 30-70%): it peaks at p = 0.5 and is symmetric, where `azr` peaks at
+the hardest solvable task and so pushes difficulty up until the solver fails (with K = 4 it pays
+0.75 for p = 0.25, and
 0.25 for p = 0.75). Configurable: `loop.generator_reward`.
 
 Pairs: for one prompt, every output with a higher reward is preferred to every output with a
@@ -32,6 +33,7 @@ admitted but a cap or a failure stopped the solver before it) is in neither.
 from __future__ import annotations
 
 import ast
+import collections
 import enum
 from collections.abc import Sequence
 
@@ -87,11 +89,14 @@ def behaviour(task: Task, candidate: Candidate, check: CheckResult, shown: int) 
 
 def two_answers(answers: Sequence[str], passed: Sequence[bool]) -> bool:
     """Whether a task's rated draws (`answers`: a predict literal, or a program's verdicts,
-    `behaviour`) split between the right answer and one other that two or more of them
-    gave, compared as data."""
-    wrong = {_value(a) for a, ok in zip(answers, passed) if not ok}
-    failed = sum(not ok for ok in passed)
-    return any(passed) and failed >= 2 and len(wrong) == 1
+    `behaviour`) split between the right answer and one other, or two others, each of which
+    two or more of them gave, compared as data: a guess among two or three answers (red-team
+    pass 11: an item at h % 3 of a list, or one of three orderings of it, each a reader can
+    compute where no reader computes h, paid its generator 0.51 and 0.36 at K = 4, 0.70 and
+    0.59 at K = 8, in shapes admission's guesses do not model)."""
+    wrong = collections.Counter(_value(a) for a, ok in zip(answers, passed) if not ok)
+    return (any(passed) and sum(wrong.values()) >= 2 and len(wrong) <= 2
+            and min(wrong.values()) >= 2)
 
 
 def _value(answer: str) -> str:

@@ -41,6 +41,10 @@ def test_text_that_is_no_new_program_gets_the_lowest_reward():
     (["3", "3", "3", "4"], [True, True, True, False], False),
     (["4", "4", "4", "4"], [False, False, False, False], False),
     (["x y", "x y", "5", "5"], [False, False, True, True], True),  # the same text, not data
+    # a guess among three (red-team pass 11: xs[h % 3]), each wrong answer given twice or more
+    (["44", "19", "19", "2", "2", "2"], [True, False, False, False, False, False], True),
+    (["44", "19", "19", "2"], [True, False, False, False], False),  # 2 was given once
+    (["44", "19", "19", "2", "2", "7", "7"], [True] + [False] * 6, False),  # three others
 ])
 def test_a_predict_task_split_between_two_answers_is_told(answers, passed, split):
     assert two_answers(answers, passed) is split
