@@ -42,7 +42,6 @@ import fcntl
 import hashlib
 import json
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -81,22 +80,18 @@ def _own(path: Path, run_id: str) -> IO[str]:
     returned file is open (the kernel drops it with the process, so a killed run resumes).
     Red-team pass 11: a second `spade-ray run` of the same run directory discarded the first's
     rows in flight, ran the round beside it, and left a trace that diagnose called OK. Other
-    runs' rows in the same file are theirs: each run id has its own lock."""
+    runs' rows in the same file are theirs: each run id has its own lock. The lock file is
+    never written: a refused resume changes nothing in the run directory."""
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
-    owner = open(path.with_name(f"{path.name}.{digest}.lock"), "a+")  # noqa: SIM115 - kept
+    lock = path.with_name(f"{path.name}.{digest}.lock")
+    owner = open(lock, "a")  # noqa: SIM115 - held for the run
     try:
         fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        owner.seek(0)
-        pid = owner.read().strip() or "?"
         owner.close()
-        raise TraceInUse(f"{path}: run {run_id!r} is being written by another process (pid "
-                         f"{pid}): wait for it to end, or give this run a name of its own "
-                         "(run_name=...)") from None
-    owner.seek(0)
-    owner.truncate()
-    owner.write(str(os.getpid()))
-    owner.flush()
+        raise TraceInUse(f"{path}: run {run_id!r} is being written by another process (it "
+                         f"holds {lock.name}): wait for it to end, or give this run a name of "
+                         "its own (run_name=...)") from None
     return owner
 
 
