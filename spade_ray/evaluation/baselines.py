@@ -181,8 +181,9 @@ def null_credit(tests: TestSuite, shown: int) -> float:
                           for (args, _), size in zip(later, sizes[shown:]))
                     for guard in GUARDS for k in range(arity)}
     guarded = [(guard, max((guard & c).bit_count() for c in constants)) for guard in guards]
-    return max(((_mask(right[shown:]) & ~guard).bit_count() + constant
-                for right in rows.values() for guard, constant in guarded), default=0) / hidden
+    masks = {_mask(right[shown:]) for right in rows.values()}  # once a row, not once a guard
+    return max(((mask & ~guard).bit_count() + constant
+                for mask in masks for guard, constant in guarded), default=0) / hidden
 
 
 def nearest_shown(examples: Sequence[tuple[tuple, Any]], shown: int, tolerance: float = 0.0
