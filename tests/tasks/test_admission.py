@@ -209,8 +209,12 @@ def test_padding_does_not_make_weak_examples_strong(sandbox, padding):
     the same examples kill 0.125 of the plain reference's mutants)."""
     plain = proposal("def f(a: int, b: int) -> int:\n" + WEAK[0], WEAK[1])
     padded = proposal("def f(a: int, b: int) -> int:\n" + padding + WEAK[0], WEAK[1])
-    assert verdict(sandbox, plain).reason == "weak_examples"
-    v = verdict(sandbox, padded)
+    # room for the spin on a loaded machine, where it took the reference past LIMITS and past
+    # max_reference_cpu_s (reference_slow): this test is about mutation scores, not speed
+    roomy = dict(config=AdmissionConfig(max_reference_cpu_s=10.0),
+                 limits=Limits(timeout_s=4.0, cpu_s=4.0))
+    assert verdict(sandbox, plain, **roomy).reason == "weak_examples"
+    v = verdict(sandbox, padded, **roomy)
     assert v.reason == "weak_examples" and v.mutation_score <= 0.25
 
 
