@@ -172,9 +172,11 @@ def _trace(args: argparse.Namespace) -> int:
     if args.what in ("candidates", "sql") and not args.arg:
         raise ValueError(f"trace {args.what} needs an argument")
     try:  # opens the file: a damaged, truncated or unopenable one fails here, not in a query
-        tables = query.table_names(db)
+        tables, note = query.table_names(db), query.schema_note(db)
     except sqlite3.Error as e:
         raise ValueError(f"cannot read the trace {db}: {e}") from e
+    if note:
+        print(note, file=sys.stderr)
     try:
         rows, columns = {
             "summary": lambda: query.summary(db),

@@ -99,7 +99,7 @@ def _connect(db: Path) -> tuple[sqlite3.Connection, str]:
         raise ValueError(f"cannot read the trace {db}: {e}") from e
     keep = False
     try:
-        found = _schema_version(db, conn)
+        found = query.schema_version(db, conn)
         if found == str(schema.SCHEMA_VERSION):
             keep = True
             return conn, ""
@@ -125,16 +125,6 @@ def _connect(db: Path) -> tuple[sqlite3.Connection, str]:
     return copy, (f"note: {db} has trace schema v{found}; read through the migrations to "
                   f"v{schema.SCHEMA_VERSION} in memory, the file unchanged (`spade-ray run` of "
                   "this run migrates it in place)")
-
-
-def _schema_version(db: Path, conn: sqlite3.Connection) -> str:
-    try:
-        found = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchall()
-    except sqlite3.OperationalError as e:  # no meta table: some other SQLite file
-        raise ValueError(f"{db} is not a trace store ({e})") from e
-    if len(found) != 1:
-        raise ValueError(f"{db} is not a trace store (no schema_version in its meta table)")
-    return str(found[0][0])
 
 
 def _migratable(found: str) -> bool:

@@ -56,6 +56,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spade_ray.tracking.schema import SCHEMA_VERSION
+
 Rows = list[tuple[Any, ...]]
 
 _SUMMARY = """
@@ -168,6 +170,32 @@ def run_sql(db: str | Path, sql: str, params: Sequence[Any] | dict[str, Any] = (
         return [tuple(r) for r in rows], columns
     finally:
         conn.close()
+
+
+def schema_version(db: str | Path, conn: sqlite3.Connection) -> str:
+    """The schema version the trace at `db` (open as `conn`) was written with."""
+    try:
+        found = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchall()
+    except sqlite3.OperationalError as e:  # no meta table: some other SQLite file
+        raise ValueError(f"{db} is not a trace store ({e})") from e
+    if len(found) != 1:
+        raise ValueError(f"{db} is not a trace store (no schema_version in its meta table)")
+    return str(found[0][0])
+
+
+def schema_note(db: str | Path) -> str:
+    """'' for a trace of this code's schema; else a line saying that the file is read as it
+    is, in the schema it was written with (`trace` and `report` do not migrate it)."""
+    conn = connect_readonly(db)
+    try:
+        found = schema_version(db, conn)
+    finally:
+        conn.close()
+    if found == str(SCHEMA_VERSION):
+        return ""
+    return (f"note: {db} has trace schema v{found}; this code writes v{SCHEMA_VERSION}. It is "
+            "read as written: columns of the other version are missing, and a query naming "
+            "one fails (`spade-ray diagnose` reads an older trace through the migrations)")
 
 
 def table_names(db: str | Path) -> list[str]:

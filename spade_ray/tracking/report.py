@@ -36,7 +36,7 @@ from spade_ray.tracking.plots import (
     render,
     round_charts,
 )
-from spade_ray.tracking.query import list_candidates, list_tasks, run_sql
+from spade_ray.tracking.query import list_candidates, list_tasks, run_sql, schema_note
 
 Row = Mapping[str, Any]
 
@@ -100,8 +100,9 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     rows = load_metric_rows(metrics)
     run_ids = list(dict.fromkeys(str(r["run_id"]) for r in rows if "run_id" in r))
     try:
-        samples, trace_note = sample_tasks(trace, run_ids[0] if run_ids else None), ""
-    except (OSError, sqlite3.Error) as e:  # no trace, or one this version cannot read
+        trace_note = schema_note(trace)
+        samples = sample_tasks(trace, run_ids[0] if run_ids else None)
+    except (OSError, sqlite3.Error, ValueError) as e:  # no trace, or one this code cannot read
         samples, trace_note = [], f"could not read {trace}: {e}"
     page = render_report(rows, samples, trace_note, title=" + ".join(run_ids) or run_dir.name)
     path = _report_path(run_dir, out)
@@ -266,11 +267,11 @@ def _mix_table(rows: Sequence[Row]) -> str:
 
 
 def _samples(samples: Sequence[SampleTask], trace_note: str) -> str:
-    if trace_note:
-        return f"<p class='empty'>{_e(trace_note)}</p>\n"
+    note = f"<p class='empty'>{_e(trace_note)}</p>\n" if trace_note else ""
     if not samples:
-        return "<p class='empty'>none recorded (no admitted generated task in the trace)</p>\n"
-    return "".join(_sample_html(s) for s in samples)
+        return note or ("<p class='empty'>none recorded (no admitted generated task in the "
+                        "trace)</p>\n")
+    return note + "".join(_sample_html(s) for s in samples)
 
 
 def _sample_html(s: SampleTask) -> str:

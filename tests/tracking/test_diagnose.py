@@ -245,6 +245,20 @@ def test_an_older_trace_is_diagnosed_through_the_migrations_leaving_the_file_as_
     assert [c.draws for _, c in load_run(run_dir).candidates] == [1, 1]
 
 
+def test_trace_and_report_of_an_older_trace_say_which_schema_they_read_it_as(run_dir,
+                                                                           tmp_path, capsys):
+    """They read the file as written (no migration): a v3 trace was read without a word."""
+    _set_schema(run_dir, 3)
+    note = "trace schema v3; this code writes v4. It is read as written"
+    assert cli.main(["trace", str(run_dir), "summary"]) == 0
+    assert note in capsys.readouterr().err
+    assert cli.main(["report", str(run_dir), "--out", str(tmp_path / "r.html")]) == 0
+    assert note in (tmp_path / "r.html").read_text()
+    _set_schema(run_dir, 4)
+    assert cli.main(["trace", str(run_dir), "summary"]) == 0
+    assert "schema" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("version, advice", [
     (9, "this code reads v4: a newer spade-ray wrote it, diagnose it with that version"),
     (2, "this code reads v4 and migrates from v3 on, so it cannot read it")])
