@@ -98,7 +98,7 @@ from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
-from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question, stated
+from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question, stated_first
 from spade_ray.tasks.making import make_task, suite_of
 from spade_ray.tasks.mutation import mutants
 from spade_ray.tasks.static import signature_reason, static_reason
@@ -158,7 +158,7 @@ class _Core:
     own: int
     cpu_s: float
     lines: tuple[int, ...] = ()  # per example, the line of the `return` that answered it
-    shown: int = 0  # the first ones a codegen or repair prompt shows (_stated_first)
+    shown: int = 0  # the first ones a codegen or repair prompt shows (guesses.stated_first)
 
 
 def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics: Sequence[str],
@@ -252,7 +252,7 @@ def _core(proposal: Proposal, run, config: AdmissionConfig,
     results = driver.answers(run, len(proposal.inputs), config.max_reference_cpu_s)
     if isinstance(results, str):
         return results
-    own, shown = _stated_first(_examples(proposal.inputs, results), proposal.description,
+    own, shown = stated_first(_examples(proposal.inputs, results), proposal.description,
                                config.visible_examples)
     more: list[tuple[IOExample, int]] = []
     if extra_run is not None:
@@ -269,19 +269,6 @@ def _core(proposal: Proposal, run, config: AdmissionConfig,
     return _Core(examples, len(own),
                  run.cpu_s + (extra_run.cpu_s if extra_run is not None else 0.0),
                  tuple(line for _, line in own + more), shown)
-
-
-def _stated_first(own: list[tuple[IOExample, int]], description: str, visible: int
-                  ) -> tuple[list[tuple[IOExample, int]], int]:
-    """The generator's examples with those its description states (guesses.stated) moved up
-    beside the `visible` ones, and how many the prompt shows: all of those, since the prompt
-    shows the description. Red-team pass 11: a description listing the hidden examples was
-    admitted, and with augment_inputs 0 a table of it passed every one; now they are shown
-    ones, which earn no partial credit and count in trivial_passes:lookup and Task.most_shown."""
-    said = set(stated(description, [e for e, _ in own[visible:]]))
-    later = list(enumerate(own[visible:]))
-    return (own[:visible] + [x for i, x in later if i in said]
-            + [x for i, x in later if i not in said], min(len(own), visible) + len(said))
 
 
 def _examples(inputs: Sequence[tuple], results: list) -> list[tuple[IOExample, int]]:

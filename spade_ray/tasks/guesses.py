@@ -93,6 +93,19 @@ def stated(description: str, examples: Sequence[IOExample]) -> list[int]:
     return out
 
 
+def stated_first(own: list[tuple[IOExample, int]], description: str, visible: int
+                 ) -> tuple[list[tuple[IOExample, int]], int]:
+    """The generator's examples with those its description states (stated) moved up
+    beside the `visible` ones, and how many the prompt shows: all of those, since the prompt
+    shows the description. Red-team pass 11: a description listing the hidden examples was
+    admitted, and with augment_inputs 0 a table of it passed every one; now they are shown
+    ones, which earn no partial credit and count in trivial_passes:lookup and Task.most_shown."""
+    said = set(stated(description, [e for e, _ in own[visible:]]))
+    later = list(enumerate(own[visible:]))
+    return (own[:visible] + [x for i, x in later if i in said]
+            + [x for i, x in later if i not in said], min(len(own), visible) + len(said))
+
+
 def most_shown(examples: Sequence[IOExample], visible: int, bug: CheckResult | None) -> int:
     """The most examples a prompt may show (the hint lever, control.solver_hints): up to half of
     them, while a table of the shown ones plus a guess still fails (lookup_passes) and a hidden
