@@ -52,6 +52,8 @@ Every rejection has a short, countable reason (the round's metrics count them):
                 known_twin              a known task's reference (the archive's, a seed's:
                                         decontamination.known_tasks) gives its expected
                                         outputs as a validation twin's would: a copy
+                twin_check_slow         its examples kept those solutions busy past the task's
+                                        allowance (decontamination.TASK_S): not checked
     integrity   reference_fails_examples the trusted grader does not reproduce the outputs
     infra       sandbox_error           the sandbox failed twice (the task is not judged),
                                         on its reference's check or on the twin run
@@ -192,13 +194,16 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     examples = [cores[key].examples for key in found]
     twin_check = twins(examples, held_out, executor, limits)
     copy_check = twins(examples, known, executor, limits)
-    for key, twin, copy in zip(found, twin_check.found, copy_check.found):
+    for key, twin, copy, slow, slow_copy in zip(found, twin_check.found, copy_check.found,
+                                                twin_check.slow, copy_check.slow):
         if twin_check.failed or copy_check.failed:
             cores[key] = "sandbox_error"
         elif twin is not None:
             cores[key] = f"validation_twin:{twin}"
         elif copy is not None:
             cores[key] = "known_twin"
+        elif slow or slow_copy:
+            cores[key] = "twin_check_slow"
     checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
                       if isinstance(core, _Core)}, executor, limits, config)
     run_cpu = {key: run.cpu_s + (extra_runs[key].cpu_s if key in extra_runs else 0.0)

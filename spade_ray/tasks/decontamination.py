@@ -12,7 +12,9 @@ each call under a CALL_S timer that a watching process enforces, and prints the 
 whose results are, as data, the task's expected outputs under one mapping: all of them, or
 nearly all those it answers (TWIN_FRACTION, MIN_AGREEING), so that special-casing an input or
 two does not hide a copy. A run that fails twice rejects its tasks (admission: sandbox_error),
-and its sandbox CPU is charged to them.
+and its sandbox CPU is charged to them. Each task has an allowance of its own (TASK_S): one whose
+examples keep the calls busy past it is left unchecked (admission: twin_check_slow), and the
+rest of its chunk is checked as before.
 
 The whole benchmark is held out (app.py), not only the problems a run validates on: a
 checkpoint is judged on all of HumanEval later, and a twin of a problem outside the run's subset
@@ -57,6 +59,16 @@ CALL_S = 0.05  # one validation solution on one input; a slower one is no twin
 # killed, that item is no twin, and a new child goes on from the next. Slack for a fork and
 # a loaded machine (this one ran the twin job at 6x its CPU time in wall time):
 ITEM_SLACK_S = 0.5
+# A task's allowance: TASK_S x CALL_S x problems x its examples, plus one stuck item (a big
+# input may stick one solution, as digit_count(10**10) does HumanEval/60, and be no copy). The
+# calls of one task whose inputs keep many solutions busy just under CALL_S (an item stops
+# early on wrong answers, not on raises) outlasted the chunk's whole budget, the run failed
+# twice and every task of the chunk was rejected as sandbox_error (red-team s24). Honest tasks
+# take milliseconds a problem: the augmented seed pool's 39 tasks took 4.1-7.3 s together,
+# where half of CALL_S is 8-27 s each against the 164 problems. A quarter would leave too
+# little to an honest task whose inputs keep the solutions busy 20 ms a call; more lets a
+# slow task burn more CPU before it is stopped.
+TASK_S = 0.5
 # A twin: the validation solution gives every one of the task's expected outputs, or nearly
 # all of those of the examples it answers (returns a value on). Every one was evaded by
 # one special case: HumanEval/13's gcd plus `if a == 0 and b == 0: return -1` and the input
@@ -103,8 +115,9 @@ MAX_PERMUTED = 3  # 12 mappings for 3 arguments (6 orders, 3 x 2 with one droppe
 REL_TOL = 1e-3
 ABS_TOL = 1e-2
 TWINS = r'''
-import base64, inspect, itertools, json, math, os, pickle, select, signal, sys
+import base64, inspect, itertools, json, math, os, pickle, select, signal, struct, sys, time
 job = json.loads(sys.stdin.read())
+RECORD = struct.Struct("<?d")  # one per item the child ran: twin?, seconds it took
 out = os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_WRONLY)
 os.dup2(null, 1)
@@ -208,12 +221,13 @@ def defined(source, problem_id, entry):
 
 tasks = []  # per task: its calls' arguments as pickles (a fresh copy per call: /70 and
 # others change their argument), its expected outputs, its mappings with the counts of
-# arguments each makes
+# arguments each makes, and its allowance in seconds
 for examples in job["tasks"]:
     blobs = [base64.b64decode(args) for args, _ in examples]
     calls = [pickle.loads(blob) for blob in blobs]
     tasks.append((blobs, [pickle.loads(base64.b64decode(expected)) for _, expected in examples],
-                  [(m, {len(mapped(args, m)) for args in calls}) for m in mappings(calls)]))
+                  [(m, {len(mapped(args, m)) for args in calls}) for m in mappings(calls)],
+                  (TASK_S * len(job["problems"]) + 1) * CALL_S * len(blobs) + ITEM_SLACK_S))
 fns, work = [], []  # work: (problem, task, mapping) in the order they are tried
 for problem_id, source, entry in job["problems"]:
     try:
@@ -221,29 +235,40 @@ for problem_id, source, entry in job["problems"]:
     except BaseException:
         continue
     binds = {}
-    for n in {n for _, _, ms in tasks for _, lengths in ms for n in lengths}:
+    for n in {n for _, _, ms, _ in tasks for _, lengths in ms for n in lengths}:
         try:
             binds[n] = signature.bind(*range(n)) is not None
         except TypeError:
             binds[n] = False
     fns.append((problem_id, fn))
-    work += [(len(fns) - 1, t, m) for t, (_, _, ms) in enumerate(tasks)
+    work += [(len(fns) - 1, t, m) for t, (_, _, ms, _) in enumerate(tasks)
              for m, lengths in ms if all(binds[n] for n in lengths)]
 
 
 def child(start, write):
     for p, t, m in work[start:]:
         if t not in found:
-            blobs, expected, _ = tasks[t]
+            blobs, expected, _, _ = tasks[t]
+            began = time.monotonic()
             hit = twin(fns[p][1], blobs, expected, m)
             if hit:
                 found[t] = fns[p][0]
-            os.write(write, b"1" if hit else b"0")
+            os.write(write, RECORD.pack(hit, time.monotonic() - began))
+
+
+def spend(t, seconds):
+    """Counts an item's time against task t's allowance; True when that ends its checks (found:
+    None, left unchecked)."""
+    spent[t] = spent.get(t, 0.0) + seconds
+    if t not in found and spent[t] > tasks[t][3]:
+        found[t] = None
+    return found.get(t, "") is None
 
 
 def watch(start):
     """Runs work[start:] in a child; the index to go on from: len(work), or the item after one
-    the child did not finish within its deadline (killed: no twin)."""
+    the child did not finish within its deadline (killed: no twin) or that spent the rest of
+    its task's allowance (a new child leaves the task out)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -260,29 +285,37 @@ def watch(start):
                 i += 1
             if i == len(work):
                 return i
-            if k == len(done):
-                deadline = len(tasks[work[i][1]][0]) * CALL_S + ITEM_SLACK_S
+            t = work[i][1]
+            while len(done) - k < RECORD.size:
+                deadline = len(tasks[t][0]) * CALL_S + ITEM_SLACK_S
                 if not select.select([read], [], [], deadline)[0]:
+                    spend(t, deadline)
                     return i + 1  # stuck in one call (a C loop the timer cannot stop)
-                done, k = os.read(read, 65536), 0
-                if not done:  # the child died on this one
+                more = os.read(read, 65536)
+                if not more:  # the child died on this one
                     return i + 1
-            if done[k] == ord("1"):
-                found[work[i][1]] = fns[work[i][0]][0]
-            i, k = i + 1, k + 1
+                done, k = done[k:] + more, 0
+            hit, took = RECORD.unpack_from(done, k)
+            if hit:
+                found[t] = fns[work[i][0]][0]
+            i, k = i + 1, k + RECORD.size
+            if spend(t, took):
+                return i
     finally:
         os.close(read)
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
 
 
-found = {}
+found, spent = {}, {}  # per task: the problem it is (None: past its allowance); its seconds
 start = 0
 while start < len(work):
     start = watch(start)
-out.write(json.dumps({str(t): problem_id for t, problem_id in found.items()}))
+out.write(json.dumps({"found": {str(t): p for t, p in found.items() if p is not None},
+                      "slow": [t for t, p in found.items() if p is None]}))
 out.flush()
 '''.replace("CALL_S", repr(CALL_S)).replace("ITEM_SLACK_S", repr(ITEM_SLACK_S)) \
+    .replace("TASK_S", repr(TASK_S)) \
     .replace("TWIN_FRACTION", repr(TWIN_FRACTION)).replace("MIN_AGREEING", repr(MIN_AGREEING)) \
     .replace("MIN_DISTINCT", repr(MIN_DISTINCT)).replace("MAX_PERMUTED", repr(MAX_PERMUTED)) \
     .replace("REL_TOL", repr(REL_TOL)).replace("ABS_TOL", repr(ABS_TOL))
@@ -308,10 +341,12 @@ def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
 @dataclasses.dataclass(frozen=True)
 class TwinCheck:
     """What the twin run found: per task, the id of the validation problem it is, or None;
+    per task, whether its checks ran past its allowance (TASK_S) and it was left unchecked;
     `failed`: the run failed twice and no task was checked (found is all None); and the
     sandbox CPU of the runs, to be charged to the tasks."""
 
     found: tuple[str | None, ...]
+    slow: tuple[bool, ...]
     failed: bool
     cpu_s: float
 
@@ -324,12 +359,15 @@ def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], exe
     sandbox run for all of them, run again once if it fails: a run that fails twice checks
     no task, and says so (a failed run used to mean no twin, and one slow task in a chunk
     let a verbatim HumanEval/18 through: red-team s23 H1)."""
+    unchecked = (False,) * len(tasks)
     if not tasks or not held_out:
-        return TwinCheck((None,) * len(tasks), False, 0.0)
+        return TwinCheck((None,) * len(tasks), unchecked, False, 0.0)
     job = {"problems": [[h.problem_id, h.source, h.entry_point] for h in held_out],
            "tasks": [[[_pickled(e.args), _pickled(e.expected)] for e in examples]
                      for examples in tasks]}
-    budget = CALL_S * len(held_out) * max(len(examples) for examples in tasks) + 2.0
+    # every task's allowance and the one item that may overrun it, the definitions, start-up
+    budget = sum((TASK_S * len(held_out) + 2) * CALL_S * len(examples) + 2 * ITEM_SLACK_S
+                 for examples in tasks) + CALL_S * len(held_out) + 2.0
     cpu_s = 0.0
     for _ in range(2):
         run = executor.run(TWINS, stdin=json.dumps(job),
@@ -337,8 +375,8 @@ def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], exe
         cpu_s += run.cpu_s
         found = _found(run, len(tasks))
         if found is not None:
-            return TwinCheck(found, False, cpu_s)
-    return TwinCheck((None,) * len(tasks), True, cpu_s)
+            return TwinCheck(*found, False, cpu_s)
+    return TwinCheck((None,) * len(tasks), unchecked, True, cpu_s)
 
 
 def _pickled(value: str) -> str:
@@ -347,15 +385,18 @@ def _pickled(value: str) -> str:
     return base64.b64encode(pickle.dumps(canonical.decode(value))).decode()
 
 
-def _found(run, count: int) -> tuple[str | None, ...] | None:
-    """Per task, the problem TWINS printed for it; None when the run did not end well."""
+def _found(run, count: int) -> tuple[tuple[str | None, ...], tuple[bool, ...]] | None:
+    """Per task, the problem TWINS printed for it, and whether it said the task ran past its
+    allowance; None when the run did not end well."""
     if run.status is not ExecStatus.OK:
         return None
     try:
-        found = json.loads(run.stdout)
+        printed = json.loads(run.stdout)
     except ValueError:
         return None
-    if not isinstance(found, dict):
+    if not isinstance(printed, dict) or not isinstance(printed.get("found"), dict) \
+            or not isinstance(printed.get("slow"), list):
         return None
-    return tuple(found.get(str(t)) if isinstance(found.get(str(t)), str) else None
-                 for t in range(count))
+    found, slow = printed["found"], set(printed["slow"])
+    return (tuple(found.get(str(t)) if isinstance(found.get(str(t)), str) else None
+                  for t in range(count)), tuple(t in slow for t in range(count)))

@@ -104,7 +104,8 @@ def test_the_seed_pool_has_no_twin_in_humaneval(sandbox):
     verdicts = admit([p for _, p in seeds], [TaskFamily.CODEGEN] * len(seeds),
                      [t for t, _ in seeds], sandbox, LIMITS, source=TaskSource.SEED)
     examples = [v.task.tests.examples for v in verdicts]
-    assert twins(examples, HUMANEVAL, sandbox, LIMITS).found == (None,) * len(seeds)
+    check = twins(examples, HUMANEVAL, sandbox, LIMITS)
+    assert check.found == (None,) * len(seeds) and check.slow == (False,) * len(seeds)
 
 
 def problem(problem_id: str) -> HeldOut:
@@ -133,6 +134,21 @@ def test_one_task_with_a_big_input_leaves_the_rest_of_its_chunk_checked(sandbox)
     chunk = admit([HOW_MANY_TIMES, digits], [TaskFamily.CODEGEN] * 2, ["text", "math"],
                   sandbox, LIMITS, held_out=held)
     assert [v.reason for v in chunk] == ["validation_twin:HumanEval/18", ""]
+
+
+def test_one_task_that_keeps_the_solutions_busy_leaves_the_rest_of_its_chunk_checked(sandbox):
+    """Calls just under CALL_S that raise (an item stops early on wrong answers, not on raises)
+    outlasted the chunk's whole budget: the run failed twice and every task of the chunk, a
+    verbatim HumanEval/13 here, was rejected as sandbox_error (red-team s24). Now the busy task
+    alone is left unchecked, once it has spent its allowance."""
+    busy = tuple(HeldOut(f"H/busy{i}", "import time\ndef g(*a):\n    if max(a) > 10 ** 6:\n"
+                         "        time.sleep(0.03)\n    raise ValueError\n", "g")
+                 for i in range(8))
+    big = proposal("def spread(a: int, b: int, c: int) -> int:\n    return a - b * c + a % 7\n",
+                   "\n".join(f"spread({10 ** 7 + 7919 * i}, {i}, {i + 2})" for i in range(13)))
+    chunk = admit([EUCLID, big], [TaskFamily.CODEGEN] * 2, ["math", "math"], sandbox, LIMITS,
+                  held_out=(problem("HumanEval/13"), *busy))
+    assert [v.reason for v in chunk] == ["validation_twin:HumanEval/13", "twin_check_slow"]
 
 
 def test_a_twin_run_that_fails_twice_rejects_its_tasks(sandbox):
