@@ -28,10 +28,12 @@ from spade_ray.execution import Executor
 from spade_ray.preferences import build_groups, build_pairs
 from spade_ray.preferences.generator import (
     GeneratorReward,
+    answer_items,
     behaviour,
     build_generator_groups,
     build_generator_pairs,
     generator_reward,
+    item_guess,
     two_answers,
 )
 from spade_ray.records import (
@@ -309,9 +311,10 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
             rates[task.task_id] = (sum(c.draws * s.passed for c, s, _ in verdicts)
                                    / sum(c.draws for c, _, _ in verdicts))
         shown = shown_examples(task, solutions.hints)
-        answers = [(behaviour(task, c, r, shown) or f"own:{c.candidate_id}:{k}", s.passed)
+        answers = [(behaviour(task, c, r, shown), s.passed)
                    for c, s, r in verdicts for k in range(c.draws)]
-        if two_answers([a for a, _ in answers], [ok for _, ok in answers]):
+        if two_answers([a for a, _ in answers], [ok for _, ok in answers]) or \
+                item_guess([a for a, _ in answers], answer_items(task)):
             split.add(task.task_id)
         pairs += build_pairs(task, prompt, [c for c, _ in mine], [s for _, s in mine],
                              task.generator_version, margin=pair_margin)

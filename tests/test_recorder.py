@@ -151,6 +151,18 @@ def outcomes(verdicts) -> tuple[TestOutcome, ...]:
     return tuple(TestOutcome(f"example[{i}]", v, "", 0.001) for i, v in enumerate(verdicts))
 
 
+def test_a_predict_task_whose_draws_guess_among_an_arguments_items_is_told():
+    # red-team pass 12: xs[h % 4] of a 5-item list, h a scrambled hash no reader computes
+    question = canonical.example(([4, 9, 15, 22, 31],), 9)
+    task = dataclasses.replace(f.task(), family=TaskFamily.PREDICT, visible=(question,))
+    candidates = tuple(dataclasses.replace(f.candidate(index=i), code=answer)
+                       for i, answer in enumerate(["4", "9", "15", "22"]))
+    batch = stages.Solutions((task,), ("p",), candidates, 4, 0.0)
+    checks = [f.check(passed=answer == "9") for answer in ["4", "9", "15", "22"]]
+    scored = stages.score(batch, checks, pair_margin=0.0, with_groups=False)
+    assert scored.two_answers == {task.task_id} and scored.pass_rates == {task.task_id: 0.25}
+
+
 def test_a_predict_task_split_between_two_answers_pays_its_generator_no_band_reward(record):
     # a coin flip the solver cannot compute: half its draws right, half the one other answer
     # (sample_distinct keeps one copy of each text and counts its draws: red-team pass 10

@@ -14,7 +14,9 @@ Both give nothing for a task nobody solves or everybody solves: neither teaches 
 nothing for a task whose candidates split between the right answer and one or two others, each
 given twice or more (`two_answers`): which of two or three answers is right decided their
 verdicts, which is what a guess the solver cannot compute looks like (`n * n + bit`, a bit from
-a scrambled seed; `xs[h % 3]`: admission's guesses model some readable parts, this needs none).
+a scrambled seed; `xs[h % 3]`: admission's guesses model some readable parts, this needs none),
+nor for a predict task whose answers are three or more items of one argument (`item_guess`:
+`xs[h % 5]`).
 A program's answer is its verdict on each example (`behaviour`): a description with two
 readings that only hidden examples tell apart is a coin flip too. An honest question with one
 or two common traps looks the same and loses its band reward too: the price of never paying
@@ -48,6 +50,7 @@ from spade_ray.records import (
     TaskFamily,
     Verdict,
 )
+from spade_ray.tasks.guesses import items_of
 from spade_ray.tracking import GeneratorInput
 
 INVALID_REWARD = -1.0  # not a new program: unparsable, or a copy
@@ -87,16 +90,46 @@ def behaviour(task: Task, candidate: Candidate, check: CheckResult, shown: int) 
     return repr(tuple(o.outcome.value for o in check.outcomes))
 
 
-def two_answers(answers: Sequence[str], passed: Sequence[bool]) -> bool:
+def two_answers(answers: Sequence[str | None], passed: Sequence[bool]) -> bool:
     """Whether a task's rated draws (`answers`: a predict literal, or a program's verdicts,
-    `behaviour`) split between the right answer and one other, or two others, each of which
-    two or more of them gave, compared as data: a guess among two or three answers (red-team
-    pass 11: an item at h % 3 of a list, or one of three orderings of it, each a reader can
-    compute where no reader computes h, paid its generator 0.51 and 0.36 at K = 4, 0.70 and
-    0.59 at K = 8, in shapes admission's guesses do not model)."""
-    wrong = collections.Counter(_value(a) for a, ok in zip(answers, passed) if not ok)
-    return (any(passed) and sum(wrong.values()) >= 2 and len(wrong) <= 2
-            and min(wrong.values()) >= 2)
+    `behaviour`; None: a program that read nothing of the task) split between the right answer
+    and one other, or two others, each given by two draws or more and together by at least half
+    of the wrong draws, compared as data: a guess among two or three answers (red-team pass 11:
+    an item at h % 3 of a list, or one of three orderings of it, each a reader can compute
+    where no reader computes h, paid its generator 0.51 and 0.36 at K = 4, 0.70 and 0.59 at
+    K = 8, in shapes admission's guesses do not model). Wrong draws given once, and those that
+    read nothing, are noise around the guess: when every wrong draw had to be one of the two
+    (pass 11's rule), one stray draw in five paid those guesses 0.29-0.75 again (pass 12)."""
+    wrong = collections.Counter(_value(a) for a, ok in zip(answers, passed)
+                                if not ok and a is not None)
+    repeated = [n for n in wrong.values() if n >= 2]
+    return (any(passed) and 1 <= len(repeated) <= 2
+            and 2 * sum(repeated) >= sum(not ok for ok in passed))
+
+
+def item_guess(answers: Sequence[str | None], items: Sequence[frozenset[str]]) -> bool:
+    """Whether a predict task's draws guess among the items of one argument of its call
+    (`items`: per argument, its items as canonical data; `answer_items`): three or more
+    distinct items answered, by three quarters of the draws or more. Admission models a guess
+    among at most three items (guesses.FEW_ANSWERS); `xs[h % 4]` and `xs[h % 5]` of a 5-item
+    list, h a scrambled hash no reader computes, paid 0.28 and 0.18 at K = 4, 0.49 and 0.34 at
+    K = 8 (red-team pass 12). An honest "the largest item" keeps its band reward while the
+    solver's wrong draws are one or two items; a solver wrong in three ways costs it."""
+    values = [_value(a) for a in answers if a is not None]
+    for pool in items:
+        picked = [v for v in values if v in pool]
+        if len(set(picked)) >= 3 and 4 * len(picked) >= 3 * len(answers):
+            return True
+    return False
+
+
+def answer_items(task: Task) -> tuple[frozenset[str], ...]:
+    """A predict task's question's arguments' items (guesses.items_of), per argument that has
+    them."""
+    if task.family is not TaskFamily.PREDICT or not task.visible:
+        return ()
+    found = (items_of(arg) for arg in canonical.decode(task.visible[0].args))
+    return tuple(items for items in found if items is not None)
 
 
 def _value(answer: str) -> str:

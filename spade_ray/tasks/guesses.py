@@ -185,19 +185,25 @@ def _picked(args: tuple, expected: str, params: Sequence[str]) -> str | None:
     of an argument with at most FEW_ANSWERS distinct ones: a guess among them passes a third
     of the time (red-team pass 11: `s[h % len(s)]` of 'uvw' was admitted)."""
     for i, arg in enumerate(args):
-        if type(arg) in (list, tuple, set, frozenset, str):
-            items = list(arg)
-        elif type(arg) is dict:
-            items = [*arg, *arg.values()]
-        else:
-            continue
-        try:
-            encoded = {canonical.encode(x) for x in items}
-        except canonical.NotPlainData:
-            continue
-        if expected in encoded and len(encoded) <= FEW_ANSWERS:
+        encoded = items_of(arg)
+        if encoded is not None and expected in encoded and len(encoded) <= FEW_ANSWERS:
             return f"item_{params[i] if i < len(params) else i}"
     return None
+
+
+def items_of(arg) -> frozenset[str] | None:
+    """An argument's items as canonical data (a container's items, a dict's keys and values, a
+    string's characters); None for an argument without items (or with one that is not data)."""
+    if type(arg) in (list, tuple, set, frozenset, str):
+        items = list(arg)
+    elif type(arg) is dict:
+        items = [*arg, *arg.values()]
+    else:
+        return None
+    try:
+        return frozenset(canonical.encode(x) for x in items)
+    except canonical.NotPlainData:
+        return None
 
 
 def _bool_like(example: IOExample) -> bool:

@@ -2,11 +2,13 @@
 
 import pytest
 
+from spade_ray.execution import canonical
 from spade_ray.preferences.generator import (
     GeneratorReward,
     build_generator_groups,
     build_generator_pairs,
     generator_reward,
+    item_guess,
     two_answers,
 )
 from spade_ray.records import Completion, Role
@@ -43,11 +45,33 @@ def test_text_that_is_no_new_program_gets_the_lowest_reward():
     (["x y", "x y", "5", "5"], [False, False, True, True], True),  # the same text, not data
     # a guess among three (red-team pass 11: xs[h % 3]), each wrong answer given twice or more
     (["44", "19", "19", "2", "2", "2"], [True, False, False, False, False, False], True),
-    (["44", "19", "19", "2"], [True, False, False, False], False),  # 2 was given once
     (["44", "19", "19", "2", "2", "7", "7"], [True] + [False] * 6, False),  # three others
+    # ... and a stray draw does not hide it (red-team pass 12: one stray draw in five paid
+    # those guesses 0.29-0.75): others given once, or programs that read nothing (None),
+    # are noise while the repeated ones hold half the wrong draws
+    (["44", "19", "19", "2"], [True, False, False, False], True),
+    (["44", "19", "19", "2", "2", "9"], [True] + [False] * 5, True),
+    (["7", None, "8", "8"], [True, False, False, False], True),
+    (["7", "8", "8", "1", "2", "3"], [True] + [False] * 5, False),  # mostly scattered
+    (["7", None, None, "8"], [True, False, False, False], False),
 ])
 def test_a_predict_task_split_between_two_answers_is_told(answers, passed, split):
     assert two_answers(answers, passed) is split
+
+
+ITEMS = (frozenset(canonical.encode(x) for x in [4, 9, 15, 22, 31]),)
+
+
+@pytest.mark.parametrize("answers, guess", [
+    (["4", "9", "15", "4"], True),  # xs[h % 4] of a 5-item list (red-team pass 12)
+    (["4", "9", "15", "100"], True),  # ... with a stray draw
+    (["31", "31", "31", "4"], False),  # "the largest item", the solver wrong once
+    (["31", "31", "4", "9", "100", "101"], False),  # three items, by too few draws
+    (["4", "9", "100", "101"], False),
+])
+def test_a_predict_guess_among_the_items_of_an_argument_is_told(answers, guess):
+    assert item_guess(answers, ITEMS) is guess
+    assert not item_guess(answers, ())
 
 
 def output(index, prompt, text, reward, task_id=None):
