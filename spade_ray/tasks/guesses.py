@@ -75,10 +75,12 @@ def lookup_passes(examples: Sequence[IOExample], visible: int) -> str | None:
 def stated(description: str, examples: Sequence[IOExample]) -> list[int]:
     """The examples the description states: an argument list (in brackets, or bare when it
     and the output have four characters or more) and, at most STATED_GAP characters after it,
-    the output, each as Python writes it (`digit_mix(67) == 57`, "for 67 the answer is 57").
-    The codegen and repair prompts show the description, so these are shown examples whatever
-    the task calls them (red-team pass 11: a description listing the hidden examples was
-    admitted, and a table of it passed every one with augment_inputs 0)."""
+    the output, each as Python writes it (`digit_mix(67) == 57`, "for 67 the answer is 57"); or
+    both anywhere, in any order, when the output has two characters or more ("57 is what
+    digit_mix(67) gives", the inputs and the outputs as two lists). The codegen and repair
+    prompts show the description, so these are shown examples whatever the task calls them
+    (red-team pass 11: a description listing the hidden examples was admitted, and a table of
+    it passed every one with augment_inputs 0; pass 12: the same, the output written first)."""
     out = []
     for i, e in enumerate(examples):
         args, expected = canonical.decode(e.args), canonical.decode(e.expected)
@@ -88,9 +90,17 @@ def stated(description: str, examples: Sequence[IOExample]) -> list[int]:
                          rf"{re.escape(answer)}(?!\w)", description, re.DOTALL)
                for call in calls for answer in answers
                for left, right in ((r"\(", r"\)"), (r"(?<!\w)", r"(?!\w)"))
-               if left == r"\(" or len(call) + len(answer) >= 4):  # "7 ... 3" is no example
-            out.append(i)
+               if left == r"\(" or len(call) + len(answer) >= 4) or any(
+                   _said(call, description) and _said(answer, description)
+                   for call in calls for answer in answers
+                   if len(answer) >= 2 and len(call) + len(answer) >= 4):
+            out.append(i)  # ("7 ... 3" is no example)
     return out
+
+
+def _said(text: str, description: str) -> bool:
+    """Whether the description holds `text` as a whole (not inside a longer word or number)."""
+    return re.search(rf"(?<!\w){re.escape(text)}(?!\w)", description) is not None
 
 
 def stated_first(own: list[tuple[IOExample, int]], description: str, visible: int

@@ -203,3 +203,7 @@ def test_the_examples_a_description_states_are_found():
     assert stated("f('ab', [1, 2]) returns 'b'", examples) == [3]
     # small numbers that happen to be near each other are no example
     assert stated("Count the 7 digits, 3 at most, of 67.", examples) == []
+    # the output first, or the inputs and outputs as two lists (red-team pass 12: admitted
+    # with augment_inputs 0, and a table copied from the prompt passed every example)
+    assert stated("57 is what mix(67) gives.", examples) == [0]
+    assert stated("For the inputs 67, 305 and 7 the answers are 57, 74 and 3.", examples) == [0, 1]
