@@ -5,6 +5,9 @@ Every rejection has a short, countable reason (the round's metrics count them):
     static      forbidden:<name>        an import outside ALLOWED_IMPORTS, a call that does I/O
                                         or depends on the process (open, print, id, hash, ...),
                                         or a way to another module (tasks/static.py)
+                forbidden:module_write  a write to (or del of) an attribute or item of an
+                                        imported name (`math.isclose = ...`): it would change
+                                        every program sharing the module (tasks/static.py)
                 unbound:<name>          a name the reference uses and binds nowhere
                 module_code             top-level statements other than imports, defs, constants
     run         reference_<status>      the reference run hit a limit or crashed

@@ -25,8 +25,10 @@ What it does not catch: a twin with an example on which the validation solution 
 CALL_S (fib(50) and HumanEval/55's recursive fib), a task that computes a validation problem
 only on inputs the task does not show, one that special-cases more than a fifth of the
 examples the problem answers (or shows fewer than MIN_AGREEING and special-cases one), and
-disguises past the mappings and the float tolerance (arguments nested deeper, renamed keys,
-an output scaled or wrapped in a dict, rounding to fewer than two decimal places).
+disguises past the mappings, the relabellings and the float tolerance (arguments nested
+deeper, renamed keys, an output scaled or wrapped in a dict, rounding to fewer than two decimal
+places), and a copy beside a task of its chunk whose input sticks its problem in one C call (a
+problem killed once is left out for the rest of the run, ITEM_SLACK_S).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from collections.abc import Sequence
 
 from spade_ray.execution import canonical
 from spade_ray.records import ExecStatus, IOExample, Limits, Task
+from spade_ray.tasks.imports import ALLOWED_IMPORTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +62,11 @@ CALL_S = 0.05  # one validation solution on one input; a slower one is no twin
 # killed, that item is no twin, and a new child goes on from the next. Slack for a fork and
 # a loaded machine (this one ran the twin job at 6x its CPU time in wall time):
 ITEM_SLACK_S = 0.5
+# A problem killed once (or that ended the child) is left out for the rest of the run: stuck
+# on a foreign input is no twin, and an archive's reference stuck in C on every non-int
+# argument was killed on each (task, mapping) item of every chunk: 3 new tasks took 44.8 s
+# and 14.7 s CPU each, 1.4 s and 0.3 s without it (red-team s24 H1); now 3.2 s and 0.9 s.
+# The price: a copy in the chunk of a task whose input sticks its problem is not checked.
 # A task's allowance: TASK_S x CALL_S x problems x its examples, plus one stuck item (a big
 # input may stick one solution, as digit_count(10**10) does HumanEval/60, and be no copy). The
 # calls of one task whose inputs keep many solutions busy just under CALL_S (an item stops
@@ -108,6 +116,13 @@ MIN_DISTINCT = 4  # different outputs among them at least: a bool or a small cou
 # list or tuple argument spread; a mapping the problem's signature does not bind is skipped.
 # Results agree as data: a list or tuple with either, element by element, a str with the
 # str() of the result, a number (never a bool) within the tolerance below.
+# Or relabel the answer: HumanEval/48, /57 and /3 returning 1/0, 'yes'/'no' or the negated
+# bool were admitted, and 28 of the 164 problems return only bools (red-team s24 H3). So when
+# the problem's results on every example (all answered) are bools, ints or strs in 2 to
+# MAX_LABELS values, each given twice or more, and the expected outputs are one one-to-one
+# relabelling of them, on MIN_AGREEING examples or more (the map is read off the examples),
+# it is a twin. Never by "nearly all": under MIN_DISTINCT values that rule keeps out.
+MAX_LABELS = 3
 MAX_PERMUTED = 3  # 12 mappings for 3 arguments (6 orders, 3 x 2 with one dropped)
 # Rounding must not hide a twin: to 2 decimal places (the usual "round to two decimals", and
 # HumanEval/71's own) moves a value by up to 0.005, within ABS_TOL; to 4 significant digits
@@ -142,7 +157,8 @@ def guarded(fn, *args):
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def same(value, expected):
+def same(value, expected, isclose=math.isclose):  # bound now: a problem's module-level
+    # `math.isclose = ...` made every float agree (red-team s24 H2)
     if isinstance(expected, bool) or expected is None:
         return value is expected
     if isinstance(expected, str):
@@ -153,7 +169,7 @@ def same(value, expected):
         if isinstance(value, int) and isinstance(expected, int):
             return value == expected
         try:
-            return math.isclose(value, expected, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+            return isclose(value, expected, rel_tol=REL_TOL, abs_tol=ABS_TOL)
         except OverflowError:
             return False
     if isinstance(expected, (list, tuple)):
@@ -165,9 +181,14 @@ def same(value, expected):
     return type(value) is type(expected) and value == expected
 
 
+def label(value):
+    """A value a relabelling may map, with its type (True is not 1), or None."""
+    return (type(value), value) if type(value) in (bool, int, str) else None
+
+
 def answer(fn, args, expected):
     value = fn(*args)
-    return repr(value) if same(value, expected) else None
+    return repr(value) if same(value, expected) else None, label(value)
 
 
 def mapped(args, mapping):
@@ -194,9 +215,12 @@ def mappings(calls):
 
 def twin(fn, blobs, expected, mapping):
     agreed, answered, outputs = 0, 0, set()
+    relabelled = {} if len(blobs) >= MIN_AGREEING else None  # result label: expected label
+    seen = {}  # result label: how many times
     for i, (blob, wanted) in enumerate(zip(blobs, expected)):
+        key, result = None, None
         try:
-            key = guarded(answer, fn, mapped(pickle.loads(blob), mapping), wanted)
+            key, result = guarded(answer, fn, mapped(pickle.loads(blob), mapping), wanted)
             answered += 1
             if key is not None:
                 agreed += 1
@@ -205,16 +229,41 @@ def twin(fn, blobs, expected, mapping):
             return False  # slower than CALL_S: no twin, as before (waiting on more cost 2x)
         except BaseException:
             pass  # not answered: no evidence either way
-        if answered - agreed > (1 - TWIN_FRACTION) * len(blobs) + 1e-9 or \
-                agreed + len(blobs) - i - 1 < min(MIN_AGREEING, len(blobs)):
+        if relabelled is not None:
+            image = label(wanted)
+            if result is None or image is None or relabelled.setdefault(result, image) != image \
+                    or len(relabelled) > MAX_LABELS:
+                relabelled = None
+            else:
+                seen[result] = seen.get(result, 0) + 1
+        if relabelled is None and (answered - agreed > (1 - TWIN_FRACTION) * len(blobs) + 1e-9
+                                   or agreed + len(blobs) - i - 1 <
+                                   min(MIN_AGREEING, len(blobs))):
             return False  # no twin whatever the rest give
     return agreed == len(blobs) or (agreed >= MIN_AGREEING and len(outputs) >= MIN_DISTINCT
-                                    and agreed >= TWIN_FRACTION * answered - 1e-9)
+                                    and agreed >= TWIN_FRACTION * answered - 1e-9) or \
+        relabelled is not None and len(relabelled) >= 2 and min(seen.values()) >= 2 and \
+        len(set(relabelled.values())) == len(relabelled)
+
+
+for name in ALLOWED_IMPORTS:
+    __import__(name)
+# the modules every problem shares, as they were before any ran: a known reference's
+# module-level `bisect.bisect_right = bisect.bisect_left` (static.py refuses it now) changed
+# the other references, and a copy of the seed first_greater was admitted (red-team s24 H2)
+pristine = [(vars(m), dict(vars(m))) for n, m in list(sys.modules.items())
+            if n.split(".")[0] in ALLOWED_IMPORTS]
 
 
 def defined(source, problem_id, entry):
     namespace = {"__name__": "validation"}
-    guarded(exec, compile(source, problem_id, "exec"), namespace)
+    try:
+        guarded(exec, compile(source, problem_id, "exec"), namespace)
+    finally:
+        for now, then in pristine:
+            if now != then:
+                now.clear()
+                now.update(then)
     fn = namespace[entry]
     return fn, inspect.signature(fn)
 
@@ -247,7 +296,7 @@ for problem_id, source, entry in job["problems"]:
 
 def child(start, write):
     for p, t, m in work[start:]:
-        if t not in found:
+        if t not in found and p not in dropped:
             blobs, expected, _, _ = tasks[t]
             began = time.monotonic()
             hit = twin(fns[p][1], blobs, expected, m)
@@ -267,8 +316,9 @@ def spend(t, seconds):
 
 def watch(start):
     """Runs work[start:] in a child; the index to go on from: len(work), or the item after one
-    the child did not finish within its deadline (killed: no twin) or that spent the rest of
-    its task's allowance (a new child leaves the task out)."""
+    the child did not finish within its deadline (killed: no twin, and its problem is dropped,
+    so a new child leaves the problem out) or that spent the rest of its task's allowance (a
+    new child leaves the task out)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -281,7 +331,7 @@ def watch(start):
     i, done, k = start, b"", 0
     try:
         while True:
-            while i < len(work) and work[i][1] in found:
+            while i < len(work) and (work[i][1] in found or work[i][0] in dropped):
                 i += 1
             if i == len(work):
                 return i
@@ -290,9 +340,11 @@ def watch(start):
                 deadline = len(tasks[t][0]) * CALL_S + ITEM_SLACK_S
                 if not select.select([read], [], [], deadline)[0]:
                     spend(t, deadline)
+                    dropped.add(work[i][0])
                     return i + 1  # stuck in one call (a C loop the timer cannot stop)
                 more = os.read(read, 65536)
                 if not more:  # the child died on this one
+                    dropped.add(work[i][0])
                     return i + 1
                 done, k = done[k:] + more, 0
             hit, took = RECORD.unpack_from(done, k)
@@ -308,6 +360,7 @@ def watch(start):
 
 
 found, spent = {}, {}  # per task: the problem it is (None: past its allowance); its seconds
+dropped = set()  # problems an item of which was killed (stuck) or ended the child: skipped
 start = 0
 while start < len(work):
     start = watch(start)
@@ -318,7 +371,9 @@ out.flush()
     .replace("TASK_S", repr(TASK_S)) \
     .replace("TWIN_FRACTION", repr(TWIN_FRACTION)).replace("MIN_AGREEING", repr(MIN_AGREEING)) \
     .replace("MIN_DISTINCT", repr(MIN_DISTINCT)).replace("MAX_PERMUTED", repr(MAX_PERMUTED)) \
-    .replace("REL_TOL", repr(REL_TOL)).replace("ABS_TOL", repr(ABS_TOL))
+    .replace("MAX_LABELS", repr(MAX_LABELS)) \
+    .replace("REL_TOL", repr(REL_TOL)).replace("ABS_TOL", repr(ABS_TOL)) \
+    .replace("ALLOWED_IMPORTS", repr(sorted(ALLOWED_IMPORTS)))
 
 
 def known_tasks(tasks: Sequence[Task]) -> tuple[HeldOut, ...]:

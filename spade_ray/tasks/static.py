@@ -81,6 +81,8 @@ def static_reason(reference: str) -> str | None:
     free = free_names(tree)
     if free:
         return f"unbound:{free[0]}"
+    if _writes_imported(tree):
+        return "forbidden:module_write"
     return "forbidden:module_value" if _modules_as_values(tree) else None
 
 
@@ -149,6 +151,38 @@ def _modules_as_values(tree: ast.Module) -> bool:
     bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     return any(isinstance(n, ast.Name) and n.id in modules and id(n) not in bases
                for n in ast.walk(tree))
+
+
+def _writes_imported(tree: ast.Module) -> bool:
+    """Whether the program assigns, augments or deletes an attribute or item of a name an
+    import binds (`bisect.bisect_right = bisect.bisect_left`, `del math.isclose`,
+    `Counter.most_common = ...`), or of a call's result (`type(c).most_common = ...`).
+    Modules and their classes are shared by every program of one process: the twin run defines
+    all known references in one, where such a line hid a copy of another known task or made
+    every float agree (red-team s24 H2). A program's own containers (`_CACHE[k] = v`) pass."""
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if a.name != "*":
+                    imported.add(a.asname or a.name)
+                elif node.module:  # an allowed module (static_reason checked it)
+                    try:
+                        imported |= {n for n in vars(importlib.import_module(node.module))
+                                     if not n.startswith("_")}
+                    except ImportError:
+                        pass
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and \
+                isinstance(node.ctx, (ast.Store, ast.Del)):
+            root = node.value
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if isinstance(root, ast.Call) or isinstance(root, ast.Name) and root.id in imported:
+                return True
+    return False
 
 
 def _forbidden(node: ast.AST) -> str | None:

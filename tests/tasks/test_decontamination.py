@@ -43,6 +43,30 @@ def test_a_twin_agrees_as_data_on_every_example(sandbox):
     assert verdict(sandbox, even, (as_int, same)).reason == "validation_twin:H/same"
 
 
+WORDS = ("aba", "abc", "", "xyzzyx", "ab", "racecar", "hello", "noon")
+
+
+@pytest.mark.parametrize("yes, no", [("1", "0"), ("'yes'", "'no'"), ("False", "True")])
+def test_a_bool_problem_with_its_answer_relabelled_is_a_twin(sandbox, yes, no):
+    """HumanEval/48 (is_palindrome) answering 1/0, 'yes'/'no' or the negated bool: all were
+    admitted, as were the same copies of /57 and /3 (red-team s24 H3)."""
+    mirror = proposal(f"def mirror(word: str):\n    return {yes} if word == word[::-1] else {no}\n",
+                      "\n".join(f"mirror({w!r})" for w in WORDS))
+    assert verdict(sandbox, mirror, (problem("HumanEval/48"),)).reason == \
+        "validation_twin:HumanEval/48"
+
+
+def test_another_bool_task_is_no_relabelled_twin(sandbox):
+    """Ascending only against HumanEval/57's monotonic (either way): a descending list is True
+    for /57 and for no relabelling of ascending's answers that maps the others."""
+    ascending = proposal("def ascending(xs: list) -> bool:\n"
+                         "    return all(a <= b for a, b in zip(xs, xs[1:]))\n",
+                         "\n".join(f"ascending({xs})" for xs in (
+                             [1, 2, 3], [3, 2, 1], [1, 3, 2], [5, 5, 6], [9, 4, 4], [2, 1, 2],
+                             [0, 1], [4, 8, 1])))
+    assert verdict(sandbox, ascending, (problem("HumanEval/57"),)).valid
+
+
 def test_a_twin_with_one_special_cased_input_is_still_a_twin(sandbox):
     """HumanEval/13's gcd plus `if a == 0 and b == 0: return -1` and the input (0, 0): its 12
     other examples (augmented, as in the gemma configs) agree, and it was admitted (red-team
@@ -149,6 +173,45 @@ def test_one_task_that_keeps_the_solutions_busy_leaves_the_rest_of_its_chunk_che
     chunk = admit([EUCLID, big], [TaskFamily.CODEGEN] * 2, ["math", "math"], sandbox, LIMITS,
                   held_out=(problem("HumanEval/13"), *busy))
     assert [v.reason for v in chunk] == ["validation_twin:HumanEval/13", "twin_check_slow"]
+
+
+def test_a_known_program_stuck_in_one_call_costs_one_item_per_run(sandbox):
+    """An archived reference stuck in one C call on foreign inputs was killed on every (task,
+    mapping) item, on every chunk: 3 new tasks waited 45 s and were charged 14.7 s of CPU each
+    (red-team s24 H1). Once killed it is dropped for the rest of the run; with the allowance of
+    one stuck item per task, two kills of it made every task here twin_check_slow."""
+    stuck = HeldOut("archive/stuck", "def g(a, b=1, c=0):\n    return sum(range(10 ** 12))\n",
+                    "g")
+    pair = [proposal(f"def f{i}(a: str, b: str) -> str:\n    return a * {i + 2} + b\n",
+                     "\n".join(f"f{i}({a!r}, {b!r})" for a, b in PAIRS[:4])) for i in range(2)]
+    chunk = admit([*pair, EUCLID], [TaskFamily.CODEGEN] * 3, ["text", "text", "math"], sandbox,
+                  LIMITS, held_out=(problem("HumanEval/13"),), known=(stuck,))
+    assert [v.reason for v in chunk] == ["", "", "validation_twin:HumanEval/13"]
+
+
+def test_a_problem_cannot_change_how_results_compare(sandbox):
+    """All problems are defined in one process before any item runs: an archived reference's
+    module-level `math.isclose = ...` (static.py refuses it now) made every float agree, and
+    an unrelated task was a known_twin (red-team s24 H2). TWINS binds its helpers first."""
+    patches = HeldOut("H/patches", "import math\nmath.isclose = lambda a, b, **tol: True\n"
+                      "def g(x):\n    return 0.5\n", "g")
+    third = proposal("def third(x: int) -> float:\n    return x / 3\n",
+                     "\n".join(f"third({n})" for n in (1, 4, 9, 10, 22, 35)))
+    assert verdict(sandbox, third, (patches,)).valid
+
+
+def test_a_problem_cannot_change_the_modules_the_others_use(sandbox):
+    """An archived reference's `bisect.bisect_right = bisect.bisect_left` made the seed
+    first_greater compute another thing in the twin run, and its copy was admitted (red-team
+    s24 H2). The shared modules are put back after each problem is defined."""
+    patches = HeldOut("H/patches", "import bisect\nbisect.bisect_right = bisect.bisect_left\n"
+                      "def g(x):\n    return None\n", "g")
+    after = HeldOut("H/after", "import bisect\ndef h(xs, x):\n"
+                    "    return bisect.bisect_right(xs, x)\n", "h")
+    copy = proposal("def after(xs: list, x: int) -> int:\n"
+                    "    return sum(1 for v in xs if v <= x)\n",
+                    "\n".join(f"after([1, 2, 2, 3, 5, 5, 8], {x})" for x in (1, 2, 4, 5, 7, 9)))
+    assert verdict(sandbox, copy, (patches, after)).reason == "validation_twin:H/after"
 
 
 def test_a_twin_run_that_fails_twice_rejects_its_tasks(sandbox):

@@ -84,6 +84,36 @@ def test_every_way_to_another_module_is_refused(reference, reason):
     assert static_reason(reference) == reason
 
 
+@pytest.mark.parametrize("reference", [
+    # red-team s24 H2: all known references are defined in one twin-run process, where these
+    # hid a copy of the seed first_greater (a) and made every float agree (b)
+    "import bisect\nbisect.bisect_right = bisect.bisect_left\ndef f(x: int) -> int:\n"
+    "    return x",
+    "import math\ndef near(a, b, **tolerances):\n    return True\nmath.isclose = near\n"
+    "def f(x: int) -> int:\n    return x",
+    "import math as m\ndef f(x: int) -> int:\n    m.pi += x\n    return x",
+    "import bisect\ndef f(x: int) -> int:\n    del bisect.insort\n    return x",
+    "import string\ndef f(x: int) -> int:\n    for string.digits in ['ab']:\n        pass\n"
+    "    return x",
+    "from collections import Counter\ndef f(x: int) -> int:\n    Counter.most_common = len\n"
+    "    return x",
+    "from collections import *\ndef f(x: int) -> int:\n    del Counter.most_common\n"
+    "    return x",
+    "from collections import Counter\ndef f(x: int) -> int:\n"
+    "    type(Counter()).most_common = len\n    return x",
+    "import heapq\ndef f(x: int) -> int:\n    heapq.nsmallest.cache = {x: x}\n"
+    "    heapq.nlargest.cache[x] = x\n    return x",
+])
+def test_writing_to_an_imported_name_is_refused(reference):
+    assert static_reason(reference) == "forbidden:module_write"
+
+
+def test_writing_to_the_programs_own_containers_passes():
+    assert static_reason("import math\n_CACHE = {}\ndef f(xs: list) -> int:\n"
+                         "    _CACHE[len(xs)] = xs[0] = math.floor(xs[0])\n"
+                         "    del xs[1:]\n    return xs[0]") is None
+
+
 def test_modules_followed_by_an_attribute_and_unknown_submodules_pass():
     assert static_reason("import collections.abc\nfrom collections import abc\n"
                          "def f(x: int) -> bool:\n    return isinstance(x, abc.Sequence) or "
