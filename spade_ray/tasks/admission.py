@@ -173,9 +173,12 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     """One verdict per proposal: `families[i]` and `topics[i]` are what proposal i becomes.
     Sandbox work is batched and done once per distinct program and inputs (a seed proposal
     listed once per family runs once): one driver run each, one run for validation twins of
-    `held_out` (tasks/decontamination.py) and one for twins of the `known` tasks
+    `held_out` (tasks/decontamination.py), one for twins of the `known` tasks
     (decontamination.known_tasks: a run of their own, so that no generated program runs
-    beside the validation solutions), then the checks of all (_checks)."""
+    beside the validation solutions) and, for generated ones, one for copies of an earlier
+    proposal of the same call, then the checks of all (_checks). Red-team pass 12: one task
+    written twice in other words and syntax in one chunk was admitted and paid twice (the known
+    tasks are those of earlier chunks)."""
     keys = [_job(p, p.inputs) for p in proposals]
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> its first index
     static = {key: static_reason(proposals[i].reference) or signature_reason(proposals[i].signature)
@@ -195,23 +198,27 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
                            extra_runs.get(key))
     found = [key for key, core in cores.items() if isinstance(core, _Core)]
     examples = [cores[key].examples for key in found]
-    twin_check = twins(examples, held_out, executor, limits)
-    copy_check = twins(examples, known, executor, limits)
-    for key, twin, copy, slow, slow_copy in zip(found, twin_check.found, copy_check.found,
-                                                twin_check.slow, copy_check.slow):
-        if twin_check.failed or copy_check.failed:
+    # each proposal is a twin of itself: the first found in proposal order (`own`) is its own
+    # key unless an earlier proposal answers it
+    chunk = tuple(HeldOut(key, proposals[first[key]].reference, proposals[first[key]].entry_point)
+                  for key in sorted(found, key=first.__getitem__)
+                  ) if source is TaskSource.GENERATED else ()
+    twin_checks = [twins(examples, held, executor, limits) for held in (held_out, known, chunk)]
+    for j, key in enumerate(found):
+        twin, copy, own = (check.found[j] for check in twin_checks)
+        if any(check.failed for check in twin_checks):
             cores[key] = "sandbox_error"
         elif twin is not None:
             cores[key] = f"validation_twin:{twin}"
-        elif copy is not None:
+        elif copy is not None or (own is not None and first[own] < first[key]):
             cores[key] = "known_twin"
-        elif slow or slow_copy:
+        elif any(check.slow[j] for check in twin_checks):
             cores[key] = "twin_check_slow"
     checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
                       if isinstance(core, _Core)}, executor, limits, config)
     run_cpu = {key: run.cpu_s + (extra_runs[key].cpu_s if key in extra_runs else 0.0)
                for key, run in zip(running, runs)}
-    twin_cpu = {key: (twin_check.cpu_s + copy_check.cpu_s) / len(found)  # shared evenly
+    twin_cpu = {key: sum(check.cpu_s for check in twin_checks) / len(found)  # shared evenly
                 for key in found}
     verdicts = []
     for i, (proposal, key) in enumerate(zip(proposals, keys)):

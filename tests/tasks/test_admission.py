@@ -232,6 +232,23 @@ def test_a_reference_written_without_operators_is_still_mutated(sandbox):
     assert verdict(sandbox, p).reason == "weak_examples"
 
 
+SQUARES = proposal("def squares(xs: list[int]) -> int:\n    return sum(x * x for x in xs)",
+                   "squares([1, 2, 3])\nsquares([4, -5])\nsquares([7])\nsquares([2, 2, 9, 1])")
+SQUARES_AGAIN = proposal("def total_power(values: list[int]) -> int:\n    total = 0\n"
+                         "    for v in values:\n        total += v ** 2\n    return total",
+                         "total_power([3, 1])\ntotal_power([6, -2, 5])\ntotal_power([8])\n"
+                         "total_power([1, 0, 4])", "Add up the second powers.")
+
+
+def test_a_task_written_twice_in_one_call_is_admitted_once(sandbox):
+    """Red-team pass 12: the same task in other words and syntax, twice in one chunk, was
+    admitted and paid twice (the copy test knew only the tasks of earlier chunks)."""
+    verdicts = admit([SQUARES, SQUARES_AGAIN], [CODEGEN] * 2, ["lists"] * 2, sandbox, LIMITS)
+    assert [v.reason for v in verdicts] == ["", "known_twin"]
+    alone = admit([SQUARES_AGAIN], [CODEGEN], ["lists"], sandbox, LIMITS)
+    assert alone[0].valid, alone[0].reason
+
+
 def test_a_generated_reference_without_a_mutation_site_is_not_a_task(sandbox):
     p = proposal("def f(s: str) -> str:\n    return s.swapcase()", "f('aB')\nf('xyZ')\nf('Q')")
     assert verdict(sandbox, p).reason == "no_mutants"
