@@ -50,7 +50,7 @@ from spade_ray.records import (
     TaskFamily,
     Verdict,
 )
-from spade_ray.tasks.guesses import items_of
+from spade_ray.tasks import items_of
 from spade_ray.tracking import GeneratorInput
 
 INVALID_REWARD = -1.0  # not a new program: unparsable, or a copy
