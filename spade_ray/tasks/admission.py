@@ -56,7 +56,7 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         decontamination.known_tasks) gives its expected
                                         outputs as a validation twin's would: a copy
                 twin_check_slow         its examples kept those solutions busy past the task's
-                                        allowance (decontamination.TASK_S): not checked
+                                        allowance (twin_job.TASK_S): not checked
     integrity   reference_fails_examples the trusted grader does not reproduce the outputs
     infra       sandbox_error           the sandbox failed twice (the task is not judged),
                                         on its reference's check or on the twin run
