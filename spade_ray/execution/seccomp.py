@@ -65,6 +65,23 @@ def compile_filter(machine: str | None = None, profile: Path = PROFILE) -> bytes
             program += [(BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 8 * index),
                         (BPF_JEQ_K, 0, "eperm", 0)]
         program += [(BPF_RET_K, 0, 0, RET_ALLOW), ("label", f"not {name}")]
+    # socket families: argument 0 (its low word) one of these, and for those with a protocol
+    # list, argument 2 one of those; else refused
+    families = spec["socket_families"]
+    for name in families["calls"]:
+        program += [(BPF_JEQ_K, 0, f"not {name}", numbers[name]),
+                    (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0)]
+        for family in families["allowed"]:
+            protocols = families["protocols"].get(str(family))
+            if protocols is None:
+                program.append((BPF_JEQ_K, "allow", 0, family))
+                continue
+            program += [(BPF_JEQ_K, 0, f"{name} not {family}", family),
+                        (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 16),
+                        *((BPF_JEQ_K, "allow", 0, protocol) for protocol in protocols),
+                        (BPF_RET_K, 0, 0, RET_ERRNO | errno.EAFNOSUPPORT),
+                        ("label", f"{name} not {family}")]  # the accumulator still holds arg 0
+        program += [(BPF_RET_K, 0, 0, RET_ERRNO | errno.EAFNOSUPPORT), ("label", f"not {name}")]
     for name, (index, flags) in spec["denied_flags"].items():  # any of `flags` set: refused
         program += [(BPF_JEQ_K, 0, f"no {name}", numbers[name]),
                     (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 8 * index),
@@ -113,6 +130,17 @@ def docker_profile(profile: Path = PROFILE) -> str:
                "args": [{"index": index, "value": flags, "valueTwo": flags,
                          "op": "SCMP_CMP_MASKED_EQ"}]}
               for name, (index, flags) in spec["denied_flags"].items()]
+    # Socket families, and the protocols of those that list them: one comparison of an argument
+    # per rule (as below, a rule's conditions must all hold; libseccomp takes one per argument).
+    families = spec["socket_families"]
+    refuse = {"names": families["calls"], "action": "SCMP_ACT_ERRNO",
+              "errnoRet": errno.EAFNOSUPPORT}
+    rules += [{**refuse, "args": [{"index": 0, **arg}]} for arg in _other_values(
+        families["allowed"])]
+    rules += [{**refuse, "args": [{"index": 0, "value": int(family), "op": "SCMP_CMP_EQ"},
+                                  {"index": 2, **arg}]}
+              for family, protocols in families["protocols"].items()
+              for arg in _other_values(protocols)]
     # One rule per flag: a rule's argument conditions must all hold, so "any of these flags"
     # is several rules of "(flags & F) == F".
     for flag in spec["clone_denied_flags"]:
@@ -121,6 +149,13 @@ def docker_profile(profile: Path = PROFILE) -> str:
                       "args": [{"index": 0, "value": value, "valueTwo": value,
                                 "op": "SCMP_CMP_MASKED_EQ"}]})
     return json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": rules})
+
+
+def _other_values(allowed: list[int]) -> list[dict]:
+    """Docker argument comparisons that, one per rule, match every value not in `allowed`."""
+    top = max(allowed)
+    return [*({"value": v, "op": "SCMP_CMP_EQ"} for v in range(top) if v not in allowed),
+            {"value": top + 1, "op": "SCMP_CMP_GE"}]
 
 
 def filter_fd(machine: str | None = None) -> int:

@@ -54,3 +54,32 @@ def test_filter_compiles_to_whole_instructions(machine):
 def test_unknown_architecture_is_named():
     with pytest.raises(seccomp.UnsupportedArchitecture, match="riscv64"):
         seccomp.compile_filter("riscv64")
+
+
+def test_only_unix_and_ip_sockets_and_no_secret_memory(sandbox):
+    """vsock is not network-namespaced (on a VM-based node it reaches the host's services),
+    netlink but its routing protocol (if_nameindex) and the other families are kernel surface
+    no program here needs, and memfd_secret
+    neither (red-team s24 H8, p13, p14). Both backends; the family is an int: a value with its
+    upper word set is the same family to the kernel."""
+    numbers = json.loads(seccomp.PROFILE.read_text())["arch"][platform.machine()]["syscalls"]
+    code = f"""
+import ctypes, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def try_(call):
+    ret = call()
+    err = ctypes.get_errno()
+    return "ok" if ret >= 0 else err
+for family, kind, protocol in ((1, 1, 0), (2, 2, 0), (10, 2, 0), (16, 3, 0), (16, 3, 6),
+                               (17, 3, 0), (38, 5, 0), (40, 1, 0), ((1 << 32) | 40, 1, 0)):
+    print(try_(lambda: libc.syscall({numbers['socket']}, ctypes.c_long(family), kind, protocol)),
+          end=" ")
+pair = (ctypes.c_int * 2)()
+print(try_(lambda: libc.syscall({numbers['socketpair']}, 1, 1, 0, pair)),
+      try_(lambda: libc.syscall({numbers['socketpair']}, 40, 1, 0, pair)),
+      try_(lambda: libc.syscall({numbers['memfd_secret']}, 0)))
+"""
+    r = sandbox.run(code)
+    # AF_UNIX, AF_INET, AF_INET6, NETLINK_ROUTE (if_nameindex) | NETLINK_XFRM, PACKET, ALG,
+    # VSOCK, VSOCK (upper word) | socketpair AF_UNIX, AF_VSOCK | memfd_secret
+    assert r.stdout.split() == ["ok"] * 4 + ["97"] * 5 + ["ok", "97", "1"], r
