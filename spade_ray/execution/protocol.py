@@ -242,6 +242,9 @@ def lost_run(status: ExecStatus, detail: str, limits: Limits, *, env: str, enfor
 
 def classify(reply: dict[str, Any], limits: Limits, measured: Measured) -> tuple[ExecStatus, str]:
     reason, code = reply["reason"], reply["exit_code"]
+    over = _memory_over_limit(reply, limits, measured)
+    if over:  # the local backend's group would have OOM-killed it there, whatever came after
+        return ExecStatus.MEMORY_LIMIT, over
     if reason == "timeout":
         return ExecStatus.TIMEOUT, f"wall-clock limit of {limits.timeout_s} s reached"
     if reason != "cpu" and measured.cpu_s is not None \
@@ -273,6 +276,24 @@ def classify(reply: dict[str, Any], limits: Limits, measured: Measured) -> tuple
     if sig in CRASH_SIGNALS:
         return ExecStatus.ERROR, f"crashed with {sig.name}"
     return ExecStatus.KILLED, f"killed by {sig.name}"
+
+
+def _memory_over_limit(reply: dict[str, Any], limits: Limits, measured: Measured) -> str:
+    """Why a run that was not stopped exceeded `limits.memory_mb`, or "". The Docker container's
+    limit leaves room for the jail's server (docker_backend.HARNESS_MARGIN_MB) and the run's
+    peak there counts its growth with the output it buffers; the local backend's group holds
+    the candidate alone, at exactly memory_mb. A program allocating 135 MB under 128 was `ok`
+    on Docker, peak 136 MB, and memory_limit locally (red-team s24 H6): so a peak over the
+    limit, less what the server buffered (the output, its text and its frame: 3 copies), is
+    the program's memory limit on both. Locally the group's own limit already keeps the peak
+    under it."""
+    if measured.peak_memory_mb is None:
+        return ""
+    buffered_mb = 3 * (len(reply["stdout"]) + len(reply["stderr"])) / 2**20
+    peak = measured.peak_memory_mb - buffered_mb
+    if peak <= limits.memory_mb:
+        return ""
+    return f"peak memory {peak:.0f} MB over the {limits.memory_mb} MB memory limit"
 
 
 def _decode(latin1_text: str) -> str:
