@@ -9,12 +9,17 @@ limits and scheduling, which every later run inherits, are as they were (a candi
 the server's uid: the seccomp filter refuses it calls that name another process, and this
 catches what a jail without the filter lets through). Each returns an error in words, or None:
 the server reports it and the host recycles the jail, and the run's own result stands.
+
+What no process of the jail may reset (its pid counter, its tmpfs's inode counter, its network
+namespace's counters and sockets) `jail_changed` compares with what a plain run leaves; a change
+is reported the same way.
 """
 
 import ctypes
 import errno
 import os
 import resource
+import socket
 import stat
 
 IPC_RMID = 0
@@ -59,13 +64,23 @@ def clear_work_dir(work_dir, attributes):
         while True:
             names = os.listdir(top)
             if not names:
-                return None
+                break
             for name in names:
                 moved = _empty_entry(top, name, moved)
+        return _reset_times(top)
     except Exception as e:  # noqa: BLE001 - reported, never raised: the reply must go out
         return f"{type(e).__name__}: {e}"
     finally:
         os.close(top)
+
+
+def _reset_times(top):
+    """The directory's atime and mtime back to 0, last: a run could set them to any 64-bit value
+    for the next one to read (red-team s24 H2, p1_persist_work_times.py). Its ctime is the time
+    of this reset, whatever the run did."""
+    os.utime(top, ns=(0, 0))
+    st = os.stat(top)
+    return None if (st.st_atime_ns, st.st_mtime_ns) == (0, 0) else "cannot reset /work's times"
 
 
 def _empty_entry(top, name, moved):
@@ -135,3 +150,86 @@ def remove_ipc_objects():
         except OSError as e:
             return f"cannot remove POSIX message queue {name}: {e}"
     return None
+
+
+# What a run can change in the jail's kernel state that nothing here can put back (no
+# capabilities in the jail): the next run could read it, so a change beyond what a plain run
+# makes recycles the jail (red-team s24 H2/H4: p1, p1b, p9 learnt a hidden check's answers
+# through these, one failed run at a time). The tables list the sockets of the jail's network
+# namespace (a TCP port in TIME_WAIT for 60 s, and any socket an SCM_RIGHTS cycle keeps alive
+# after every process died: H1, p15); the counters count its packets, routing failures and
+# connection attempts. TCP and UDP sockets are counted from sockstat's per-namespace figures
+# (`inuse`, and `tw` for TIME_WAIT; its orphan, alloc and mem figures are the host's): their
+# tables (/proc/net/tcp, tcp6) walk the host's whole hash table, 3.7 ms each here.
+SOCKET_TABLES = ("raw", "raw6", "unix", "netlink", "packet")
+NET_COUNTERS = ("snmp", "snmp6", "netstat")
+SOCKSTAT_FIELDS = (b"inuse", b"tw")
+PROBE_NAME = ".spade-probe"
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:  # not in this kernel (no IPv6, say): the same at every reading
+        return b""
+
+
+def jail_state(work_dir):
+    """The jail's kernel state a run could leave for the next one (see `jail_changed`). The
+    probe file takes the working directory's next inode number (a tmpfs counts them per mount:
+    a run that made N files moves it by N); /proc/loadavg's last field is the last pid this
+    PID namespace gave out."""
+    fd = os.open(os.path.join(work_dir, PROBE_NAME), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
+    inode = os.fstat(fd).st_ino
+    os.close(fd)
+    os.unlink(os.path.join(work_dir, PROBE_NAME))
+    loopback = [line for line in _read("/proc/net/dev").splitlines()
+                if line.strip().startswith(b"lo:")]
+    return {"inode": inode, "last_pid": int(_read("/proc/loadavg").split()[-1]),
+            "sockets": {**{t: _read(f"/proc/net/{t}").count(b"\n") for t in SOCKET_TABLES},
+                        **_sockstat()},
+            "counters": [loopback, *(_read(f"/proc/net/{n}") for n in NET_COUNTERS)]}
+
+
+def _sockstat():
+    """{"TCP inuse": n, "TCP tw": n, "UDP inuse": n, ...} from sockstat and sockstat6."""
+    counts = {}
+    for line in (_read("/proc/net/sockstat") + _read("/proc/net/sockstat6")).splitlines():
+        proto, _, rest = line.partition(b":")
+        fields = rest.split()
+        for key, value in zip(fields[::2], fields[1::2]):
+            if proto != b"sockets" and key in SOCKSTAT_FIELDS:
+                counts[f"{proto.decode()} {key.decode()}"] = int(value)
+    return counts
+
+
+def jail_changed(before, after, forks):
+    """What differs between two `jail_state`s beyond a plain run in between, which forks
+    `forks` processes (its two spares) and whose probe takes one inode, in words; or None.
+    `after` is None where the probe failed (a run that filled /work, or took our access)."""
+    if after is None:
+        return "the run changed the jail: cannot probe /work"
+    changed = []
+    if after["inode"] - before["inode"] != 1:
+        changed.append(f"{after['inode'] - before['inode'] - 1} inodes made in /work")
+    if after["last_pid"] - before["last_pid"] != forks:
+        changed.append(f"{after['last_pid'] - before['last_pid'] - forks} processes forked")
+    changed += [f"{t} sockets left" for t, n in after["sockets"].items()
+                if n != before["sockets"][t]]
+    if after["counters"] != before["counters"]:
+        changed.append("network counters moved")
+    return f"the run changed the jail: {', '.join(changed)}" if changed else None
+
+
+def collect_unix_garbage():
+    """Close a unix socket that had one in flight: the kernel then runs its garbage collector
+    for SCM_RIGHTS cycles, which a run's last exit does not always do (H1: a cycle holding
+    ~90 MB of queued data stayed charged to the worker's memory cgroup)."""
+    a, b = socket.socketpair()
+    c, d = socket.socketpair()
+    try:
+        socket.send_fds(a, [b"g"], [c.fileno()])
+    finally:
+        for s in (a, b, c, d):
+            s.close()

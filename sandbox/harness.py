@@ -26,7 +26,8 @@ candidate's tree (polled from /proc, since RLIMIT_CPU is per process and forking
 combined stdout+stderr cap, and rlimits as a backstop (address space, file size, open files,
 core dumps). Memory and process-count limits of the whole tree are the host's job (cgroups),
 as is the network (namespaces). After each run, cleanup.py empties the working directory and
-removes SysV IPC objects (the seccomp filter refuses creating them in the first place).
+removes SysV IPC objects (the seccomp filter refuses creating them in the first place), and
+reports kernel state the run changed beyond a plain run, which the host answers with a fresh jail.
 
 Wire format (host <-> server): each frame is a 4-byte big-endian length and a body: UTF-8 JSON,
 except the tests frame that follows a check request and the grader-report frame that follows its
@@ -100,6 +101,8 @@ REPORT_BUFFER = _report_buffer()
 # What cleanup.py puts back, or checks, after every run: as they are before the first one.
 WORK_DIR_ATTRIBUTES = cleanup.work_dir_attributes(WORK_DIR)
 SERVER_STATE = cleanup.process_state()
+# The jail's kernel state after the last run (cleanup.jail_state); main() takes the first.
+JAIL_STATE = {}
 
 
 def _option(name):
@@ -242,6 +245,8 @@ def _finish(run, wall_s, limits):
     out = bytes(run.out[:cap])
     err = bytes(run.err[: max(0, cap - len(out))])
     survivors = pump.live_pids()
+    cleanup.collect_unix_garbage()
+    jail_changed = _jail_changed()
     cleanup_error = (cleanup.clear_work_dir(WORK_DIR, WORK_DIR_ATTRIBUTES)
                      or cleanup.remove_ipc_objects() or cleanup.state_changed(SERVER_STATE))
     return {
@@ -258,7 +263,21 @@ def _finish(run, wall_s, limits):
         "report_overflow": run.report_overflow,
         "survivors": len(survivors),
         "cleanup_error": cleanup_error,
+        "jail_changed": jail_changed,
     }
+
+
+def _jail_changed():
+    """What the run changed in the jail beyond a plain run (cleanup.jail_changed), or None: the
+    host then recycles the jail, and the run's own result stands. Measured before emptying /work
+    (the probe needs no room a run could have taken after it)."""
+    try:
+        now = cleanup.jail_state(WORK_DIR)
+    except OSError:
+        now = None
+    changed = cleanup.jail_changed(JAIL_STATE, now, forks=2)  # the run's grader and candidate
+    JAIL_STATE.update(now or {})
+    return changed
 
 
 def control_channel():
@@ -308,6 +327,8 @@ def main():
     # Move everything imported so far out of the collector's reach: a forked child's collections
     # would otherwise write to (and so copy) every page holding a tracked object.
     gc.freeze()
+    JAIL_STATE.update(cleanup.jail_state(WORK_DIR))
+    cleanup.clear_work_dir(WORK_DIR, WORK_DIR_ATTRIBUTES)  # /work's times, as after every run
     write_frame(ctl_out, {"ready": True, "python": sys.version.split()[0], "pid": os.getpid(),
                           "hash_seed": hash_seed})
     while True:

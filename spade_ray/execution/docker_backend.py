@@ -338,7 +338,8 @@ class DockerWorker:
         result = to_exec_result(reply, limits, measured, env=env, enforced_by=self.enforced_by)
         self._runs += 1
         if (result.status in RECYCLE or reply["survivors"] or reply["cleanup_error"]
-                or self._runs >= self.max_runs):
+                or reply["jail_changed"] or (self._peak and self._peak.left_charged())
+                or self._runs >= self.max_runs):  # as LocalWorker.run
             self._stop()  # a fresh container starts lazily on the next run
         return result, grader_report(request, reply, report)
 

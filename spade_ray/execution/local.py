@@ -267,7 +267,11 @@ class LocalWorker:
                 self.limits.tmp_mb, self.limits.tmp_inodes):
             self._stop()
             self.limits = limits
-            self._start()
+            # On the worker's own thread, which lives until close(): bwrap's --die-with-parent
+            # is PR_SET_PDEATHSIG, which follows the thread that started it, and a caller's
+            # pool thread may end first (Sandbox.close), leaving the jail's server a zombie of
+            # the host's PID 1 (seen once runs recycled their jail: cleanup.py jail_changed).
+            self._mover.submit(self._start).result()
         env = env_hash(self._facts, limits)
         try:
             self._moved.result()  # the candidate is in the cgroup, waiting for its job
@@ -278,12 +282,17 @@ class LocalWorker:
                                     memory_cgroup=cgroup is not None, shares_memory_cgroup=False)
             reply, report = self._exchange(request, limits)
             measured = Measured(*cgroup.stats()) if cgroup else Measured()
+            left_charged = cgroup is not None and cgroup.left_charged()
         except (ChannelError, OSError) as e:
             self._stop()
             return sandbox_error(f"sandbox worker failed and was restarted: {e}", limits,
                                  env=env, enforced_by=self.enforced_by), {}
         self._runs += 1
-        if reply["survivors"] or reply["cleanup_error"] or self._runs >= self.max_runs:
+        # A run that changed the jail or left memory charged to its group (see cleanup.py's
+        # jail_changed, cgroups.LEFT_CHARGED_MB) keeps its result; the next run gets a fresh
+        # jail and group.
+        if (reply["survivors"] or reply["cleanup_error"] or reply["jail_changed"] or left_charged
+                or self._runs >= self.max_runs):
             self._stop()  # recycled lazily on the next run
         else:
             self._moved = self._mover.submit(self._take_spare)

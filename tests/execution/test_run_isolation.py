@@ -31,6 +31,7 @@ def attempt(call):
 """
 FINGERPRINT = """
 import os, resource
+print(os.stat("/work").st_atime_ns, os.stat("/work").st_mtime_ns)  # 0 0: cleanup.py resets them
 os.makedirs("/work/d/e")
 with open("/work/d/e/f", "w") as f:
     f.write("ok")
@@ -116,6 +117,7 @@ LINGERING = {
     """,
     "marks_the_working_directory": """
         import os, struct
+        os.utime("/work", ns=(0x5EC1319, 0x5EC1319))  # any 64-bit value (red-team s24 H2)
         # a default POSIX ACL that gives nobody anything (tags user, group, other), and data
         acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 0, 0xFFFFFFFF)
                                               for tag in (0x01, 0x04, 0x20))
