@@ -167,10 +167,12 @@ def grade(tests, link):
         outcomes.append(_one("check", preamble_error,
                              lambda: _run_check(check, namespace, entry)))
     tolerance = float(tests.get("tolerance") or 0.0)
-    for i, (args_text, expected_text) in enumerate(tests.get("examples") or []):
+    examples = tests.get("examples") or []
+    answers = [] if preamble_error else _answers(link, entry, examples)
+    for i, (_, expected_text) in enumerate(examples):
+        got = answers[i] if answers else (None, None, 0.0)
         outcomes.append(_one(f"example[{i}]", preamble_error,
-                             lambda a=args_text, e=expected_text:
-                             _run_example(link, entry, a, e, tolerance)))
+                             lambda g=got, e=expected_text: _compare(g, e, tolerance), got[2]))
     return outcomes
 
 
@@ -206,18 +208,34 @@ def _run_check(code, namespace, entry):
     check(namespace[entry])
 
 
-def _run_example(link, entry, args_text, expected_text, tolerance):
-    # The expected result is decoded only once the candidate has answered: it can read this
-    # process's CPU time (/proc/PID/schedstat is world-readable), which would tell it the size
-    # of the answer it is about to give (measured: 1.1 ms for "a", 16-18 ms for 4 MB).
-    got = link.call(entry, canonical.decode(args_text), {})
-    expected = canonical.decode(expected_text)
-    if not canonical.same(got, expected, tolerance):
+def _answers(link, entry, examples):
+    """The candidate's answer to every example, (result, exception, wall seconds), before any is
+    compared. The candidate can read this process's CPU time (/proc/PID/schedstat is
+    world-readable): an expected result decoded before its call told the size of the answer it
+    was about to give (1.1 ms for "a", 16-18 ms for 4 MB), and a comparison between two calls
+    whether the last answer was right (a failure's path cost 3-8 us more: 66-73% right per
+    example, red-team s24)."""
+    out = []
+    for args_text, _ in examples:
+        start = time.perf_counter()
+        try:
+            out.append((link.call(entry, canonical.decode(args_text), {}), None,
+                        time.perf_counter() - start))
+        except BaseException as e:  # noqa: BLE001 - raised again in its turn (_compare)
+            out.append((None, e, time.perf_counter() - start))
+    return out
+
+
+def _compare(answer, expected_text, tolerance):
+    got, error, _ = answer
+    if error is not None:
+        raise error
+    if not canonical.same(got, canonical.decode(expected_text), tolerance):
         raise AssertionError("the result differs from the expected one")
 
 
-def _one(name, preamble_error, body):
-    start = time.perf_counter()
+def _one(name, preamble_error, body, called_s=0.0):
+    start = time.perf_counter() - called_s
     if preamble_error:
         outcome, message = "error", preamble_error
     else:
