@@ -176,9 +176,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     `held_out` (tasks/decontamination.py), one for twins of the `known` tasks
     (decontamination.known_tasks: a run of their own, so that no generated program runs
     beside the validation solutions) and, for generated ones, one for copies of an earlier
-    proposal of the same call, then the checks of all (_checks). Red-team pass 12: one task
-    written twice in other words and syntax in one chunk was admitted and paid twice (the known
-    tasks are those of earlier chunks)."""
+    proposal of the same call (_copies), then the checks of all (_checks)."""
     keys = [_job(p, p.inputs) for p in proposals]
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> its first index
     static = {key: static_reason(proposals[i].reference) or signature_reason(proposals[i].signature)
@@ -197,6 +195,35 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
         cores[key] = _core(proposals[first[key]], run, config, extras[key],
                            extra_runs.get(key))
     found = [key for key, core in cores.items() if isinstance(core, _Core)]
+    twin_cpu_s = _copies(cores, found, proposals, first, source, held_out, known, executor,
+                         limits)
+    checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
+                      if isinstance(core, _Core)}, executor, limits, config)
+    run_cpu = {key: run.cpu_s + (extra_runs[key].cpu_s if key in extra_runs else 0.0)
+               for key, run in zip(running, runs)}
+    twin_cpu = {key: twin_cpu_s / len(found) for key in found}  # shared evenly
+    verdicts = []
+    for i, (proposal, key) in enumerate(zip(proposals, keys)):
+        core = cores[key]
+        if isinstance(core, str):
+            verdict = Admitted(proposal, families[i], None, core, run_cpu.get(key, 0.0))
+        else:
+            verdict = _verdict(proposal, families[i], topics[i], core, checks[key], limits,
+                               config, source, generator_version)
+        verdict = dataclasses.replace(verdict, cpu_s=verdict.cpu_s + twin_cpu.get(key, 0.0))
+        if i != first[key]:  # the sandbox CPU of a shared run is counted once
+            verdict = dataclasses.replace(verdict, cpu_s=0.0)
+        verdicts.append(verdict)
+    return _with_deterministic_bugs(verdicts, executor, limits, config)
+
+
+def _copies(cores: dict[str, _Core | str], found: list[str], proposals: Sequence[Proposal],
+            first: dict[str, int], source: TaskSource, held_out: Sequence[HeldOut],
+            known: Sequence[HeldOut], executor, limits: Limits) -> float:
+    """Replaces the core of each `found` proposal that copies a validation problem, a known task
+    or, for generated ones, an earlier proposal of the same call with its rejection reason; the
+    sandbox CPU of the twin runs. Red-team pass 12: one task written twice in other words and
+    syntax in one chunk was admitted and paid twice (the known tasks are earlier chunks')."""
     examples = [cores[key].examples for key in found]
     # each proposal is a twin of itself: the first found in proposal order (`own`) is its own
     # key unless an earlier proposal answers it
@@ -214,25 +241,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
             cores[key] = "known_twin"
         elif any(check.slow[j] for check in twin_checks):
             cores[key] = "twin_check_slow"
-    checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
-                      if isinstance(core, _Core)}, executor, limits, config)
-    run_cpu = {key: run.cpu_s + (extra_runs[key].cpu_s if key in extra_runs else 0.0)
-               for key, run in zip(running, runs)}
-    twin_cpu = {key: sum(check.cpu_s for check in twin_checks) / len(found)  # shared evenly
-                for key in found}
-    verdicts = []
-    for i, (proposal, key) in enumerate(zip(proposals, keys)):
-        core = cores[key]
-        if isinstance(core, str):
-            verdict = Admitted(proposal, families[i], None, core, run_cpu.get(key, 0.0))
-        else:
-            verdict = _verdict(proposal, families[i], topics[i], core, checks[key], limits,
-                               config, source, generator_version)
-        verdict = dataclasses.replace(verdict, cpu_s=verdict.cpu_s + twin_cpu.get(key, 0.0))
-        if i != first[key]:  # the sandbox CPU of a shared run is counted once
-            verdict = dataclasses.replace(verdict, cpu_s=0.0)
-        verdicts.append(verdict)
-    return _with_deterministic_bugs(verdicts, executor, limits, config)
+    return sum(check.cpu_s for check in twin_checks)
 
 
 def _with_deterministic_bugs(verdicts: list[Admitted], executor, limits: Limits,

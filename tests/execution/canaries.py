@@ -26,6 +26,21 @@ EXAMPLES = TestSuite(entry_point="add", examples=(example((1, 2), 3), example((-
 SHAPES = {"asserts": ASSERTS, "check": CHECK, "examples": EXAMPLES}
 
 WRONG = "def add(a, b):\n    return 0\n"
+
+
+def dentry_flood(lookups: int) -> str:
+    """A program that leaves kernel memory charged to its cgroup after it ends: the dentries of
+    `lookups` failed lookups of names no earlier run looked up (a negative dentry stays charged
+    to the group that made it)."""
+    return textwrap.dedent(f"""
+        import os
+        prefix = os.urandom(8).hex()
+        for n in range({lookups}):
+            try:
+                os.stat(f"/usr/lib/{{prefix}}{{n}}")
+            except OSError:
+                pass
+    """)
 # A memory scanner for the test text: it finds a match anywhere in the process except inside the
 # needle it builds (so a positive control can show that it does find planted text).
 SCAN = """

@@ -14,7 +14,15 @@ import pytest
 
 from spade_ray.records import ExecStatus
 from tests.conftest import TEST_LIMITS
-from tests.execution.canaries import ASSERTS, CHECK, CONTROLS, SHAPES, WRONG, verdict
+from tests.execution.canaries import (
+    ASSERTS,
+    CHECK,
+    CONTROLS,
+    SHAPES,
+    WRONG,
+    dentry_flood,
+    verdict,
+)
 
 # ------------------------------------------- state a run leaves for the next one on its worker
 
@@ -167,16 +175,7 @@ def test_memory_a_run_left_charged_does_not_count_in_the_next(sandbox):
     the run's own."""
     honest = [sandbox.check(CONTROLS["plain"], ASSERTS).execution.peak_memory_mb
               for _ in range(2)]
-    # names no earlier run looked up (a negative dentry stays charged to the group that made it)
-    flood = textwrap.dedent("""
-        import os
-        prefix = os.urandom(8).hex()
-        for n in range(300_000):
-            try:
-                os.stat(f"/usr/lib/{prefix}{n}")
-            except OSError:
-                pass
-    """) + WRONG
+    flood = dentry_flood(300_000) + WRONG
     sandbox.check(flood, ASSERTS, limits=dataclasses.replace(TEST_LIMITS, timeout_s=10,
                                                             cpu_s=10))
     after = sandbox.check(CONTROLS["plain"], ASSERTS).execution.peak_memory_mb

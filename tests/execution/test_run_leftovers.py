@@ -15,7 +15,7 @@ import pytest
 
 from spade_ray.records import ExecStatus
 from tests.conftest import TEST_LIMITS, open_sandbox
-from tests.execution.canaries import ASSERTS, WRONG
+from tests.execution.canaries import ASSERTS, WRONG, dentry_flood
 
 LO_PACKETS = """
 def lo_packets():
@@ -178,16 +178,7 @@ def test_memory_a_run_leaves_charged_recycles_the_worker(backend):
     """Kernel memory that no socket table shows (dentries of 150,000 failed lookups, ~29 MB)
     stays charged to the worker's group too: more than cgroups.LEFT_CHARGED_MB above the idle
     level recycles the worker, so the next run starts in a fresh jail (a lower pid)."""
-    flood = textwrap.dedent("""
-        import os
-        prefix = os.urandom(8).hex()
-        for n in range(150_000):
-            try:
-                os.stat(f"/usr/lib/{prefix}{n}")
-            except OSError:
-                pass
-        print(os.getpid())
-    """)
+    flood = dentry_flood(150_000) + "print(os.getpid())\n"
     limits = dataclasses.replace(TEST_LIMITS, timeout_s=10, cpu_s=10)
     with open_sandbox(backend, limits=limits, workers=1) as sandbox:
         for _ in range(2):
