@@ -3,6 +3,7 @@
 import dataclasses
 
 from spade_ray import stages
+from spade_ray.evaluation import scoring
 from spade_ray.execution import canonical
 from spade_ray.records import TaskFamily, TestSuite
 from tests.conftest import TEST_LIMITS
@@ -57,9 +58,11 @@ def test_a_task_whose_reference_fails_its_own_tests_now_is_flaky(sandbox):
     assert stages.control(sandbox, tasks[3:], TEST_LIMITS) == stages.Controls()
 
 
-def test_what_the_hint_lever_showed_earns_no_partial_credit(sandbox):
+def test_what_the_hint_lever_showed_earns_no_partial_credit(sandbox, monkeypatch):
     # f(x) = x * x + 1 on six inputs, two visible; at hints 3 the prompt showed the first three
-    # (not 2x, one of the floor's guesses, nor inputs below 3, where one is a guard's: GUARDS)
+    # (not 2x, one of the floor's guesses, nor inputs below 3, where one is a guard's: GUARDS).
+    # The lever's own arithmetic, without scoring's allowance for luck (test_scoring's).
+    monkeypatch.setattr(scoring, "CHANCE_SHARE", 0.0)
     examples = tuple(canonical.example((x,), x * x + 1) for x in range(10, 16))
     task = dataclasses.replace(f.task(), task_id="double", family=TaskFamily.CODEGEN,
                                entry_point="f", reference="def f(x):\n    return x * x + 1\n",

@@ -5,6 +5,7 @@ import itertools
 
 import pytest
 
+from spade_ray.evaluation import scoring
 from spade_ray.evaluation.baselines import BINARY, GUARDS, OFFSETS, UNARY, guesses, null_credit
 from spade_ray.evaluation.scoring import (
     CPU_MARGIN_S,
@@ -200,12 +201,13 @@ def examples_task(family: TaskFamily, visible: int, inputs=(3, 12, 7, 20, 0, 15)
 
 def test_the_examples_a_prompt_shows_give_no_partial_credit(sandbox):
     # clip(3) == 3 and clip(12) == 10 are shown; clip(7), clip(20), clip(6), clip(15) are not.
-    # A program that ignores its input gets half of those right (10, or x itself): the zero.
+    # A program that ignores its input gets half of those right (10, or x itself), and a third
+    # of the other half may be luck (CHANCE_SHARE): the zero is at 2/3.
     # (With clip(0) hidden, `0 if x < 2 else 10` gets three: baselines.GUARDS.)
     codes = {"table": "{3: 3, 12: 10}.get(x, 5)",  # the shown examples: 2 of 6, credit 0
              "table_and_10": "{3: 3, 12: 10}.get(x, 10)",  # 4 of 6: no more than a constant
              "echo_below_10": "x if x < 10 else 0",  # 2 hidden right, 1 shown wrong
-             "wrong_at_6": "min(x, 10) if x != 6 else 1",  # 3 of 4 hidden: 0.75
+             "wrong_at_6": "min(x, 10) if x != 6 else 1",  # 3 of 4 hidden: 0.25
              "wrong_at_3": "min(x, 10) if x != 3 else 0"}  # a shown one wrong costs as much
     task = examples_task(TaskFamily.CODEGEN, visible=2, inputs=(3, 12, 7, 20, 6, 15))
     assert null_credit(examples_task(TaskFamily.CODEGEN, visible=2).tests, 2) == 0.75
@@ -216,7 +218,7 @@ def test_the_examples_a_prompt_shows_give_no_partial_credit(sandbox):
                         {"clip": task})
     assert [s.tests_passed for s in scores] == [2, 4, 3, 5, 5]
     assert not any(s.passed for s in scores)
-    assert [round(s.value, 4) for s in scores] == [0.0, 0.0, 0.0, 0.5, 0.5]
+    assert [round(s.value, 4) for s in scores] == [0.0, 0.0, 0.0, 0.25, 0.25]
     assert score(candidate(programs[0], 0, "clip"), results[0]).value == pytest.approx(2 / 6)
     # Nothing shown, or a predict task (its prompt shows a call, not an example of its suite).
     assert shown_examples(examples_task(TaskFamily.CODEGEN, visible=0)) == 0
@@ -432,12 +434,14 @@ def test_a_run_that_ends_badly_after_every_test_passed_scores_below_one(sandbox)
     (result,) = sandbox.check_many([program], [task.tests])
     s = score(candidate(program, 0, "clip"), result, task)
     assert (s.tests_passed, s.passed, s.status) == (6, False, ExecStatus.ERROR), result.execution
-    assert round(s.value, 4) == 0.6  # 4 of 5 against the floor's 0.5
+    assert round(s.value, 4) == 0.4  # 4 of 5 against the floor's 0.5 and chance's 1/6
 
 
-def test_examples_the_hint_lever_shows_give_no_partial_credit_either(sandbox):
+def test_examples_the_hint_lever_shows_give_no_partial_credit_either(sandbox, monkeypatch):
     # x * x + 1 on 1..6, two visible: a table of the first four beats the best constant (one
     # hidden right) at the task's own two, and is worth nothing once the hint lever shows three.
+    # The lever's own arithmetic, without the allowance for luck (tested on its own below).
+    monkeypatch.setattr(scoring, "CHANCE_SHARE", 0.0)
     examples = tuple(canonical.example((x,), x * x + 1) for x in range(1, 7))
     task = dataclasses.replace(examples_task(TaskFamily.CODEGEN, visible=2), tests=TestSuite(
         examples=examples, entry_point="clip"), visible=examples[:2], most_shown=3)
@@ -455,6 +459,71 @@ def test_examples_the_hint_lever_shows_give_no_partial_credit_either(sandbox):
 
     # one shown: the table gets 3 of 5 hidden, the floor 2 (5 where x < 3, and one guess)
     assert [round(value(h), 4) for h in (None, 3, 1)] == [0.3333, 0.0, 0.3333]
+
+
+# Three tasks as admission made them from the seed programs with augment_inputs=8 (the gemma
+# configs): two shown examples, the rest the generator's inputs and their one-step neighbours.
+NEIGHBOURS = {
+    "last_index": ("xs, target", [
+        (([1, 2, 1, 3], 1), 2), (([1, 2, 3], 4), -1), (([], 0), -1), (([7, 7, 7], 7), 2),
+        (([0, 1], 0), 0), (([1, 1, 2, 3], 1), 1), (([1, 2, 1, 3], 0), -1), (([1, 2, 3], 5), -1),
+        (([2, 1, 3], 1), 1), (([7, 7, 7], 8), -1), (([7, 7, 7], 6), -1), (([1, 2, 1, 3], 2), 1),
+        (([3, 1, 2, 1], 1), 3)]),
+    "closest_value": ("xs, target", [
+        (([1, 5, 9], 6), 5), (([1, 5, 9], 7), 5), (([], 3), None), (([4], -10), 4),
+        (([-3, 3], 0), -3), (([10, 2, 8], 9), 8), (([10, 2, 8], 10), 10), (([1, 5, 9], 5), 5),
+        (([4], 0), 4), (([9, 5, 1], 7), 5), (([10, 2, 8], 8), 8), (([10, 2, 8], -9), 2),
+        (([], -3), None), (([10, 2, 8, 8], 9), 8)]),
+    "max_index": ("xs", [
+        (([1, 5, 3],), 1), (([-4, -2, -9],), 1), (([7],), 0), (([9, 3, 9],), 0),
+        (([0, -1, 10],), 2), (([2, 8, 8, 1],), 1), (([3, 9, 9],), 1), (([-1, 10],), 1),
+        (([2, 8, 8, 8, 1],), 1), (([7, 7],), 0), (([9, 9, 3],), 0), (([1, 5, 5, 3],), 1),
+        (([1, 1, 5, 3],), 2), (([-1, 0, 10],), 2)]),
+}
+
+
+def neighbours_task(name: str) -> Task:
+    examples = tuple(canonical.example(args, out) for args, out in NEIGHBOURS[name][1])
+    return dataclasses.replace(examples_task(TaskFamily.CODEGEN, visible=2), task_id=name,
+                               entry_point=name, tests=TestSuite(examples=examples,
+                                                                 entry_point=name),
+                               visible=examples[:2], source=TaskSource.GENERATED)
+
+
+def test_a_wrong_expression_right_on_some_neighbours_by_chance_earns_nothing(sandbox):
+    # Red-team pass 12 (solver H1): a table of the shown examples and one cheap expression
+    # outside the floor's guesses, right by coincidence on one or two hidden neighbours more
+    # than the best guess, earned 0.20-0.25 and was chosen over every honest attempt at 0.
+    # Each wrong program below is a family member: it reads no description.
+    wrong = {
+        "last_index": ["xs.count(target) - 1",
+                       "xs.index(target) if target in xs else -1"],  # the first one
+        "closest_value": ["None if len(xs) < 2 else sorted(xs)[-2]",
+                          "None if not xs else xs[len(xs) // 2]"],
+        "max_index": ["0 if len(set(xs)) < 2 else xs.count(xs[0])"],
+    }
+    # near-solutions: the reference, wrong on one hidden input
+    near = {"last_index": "max((i for i, x in enumerate(xs) if x == target), default=-1)"
+                          " if target != 8 else 0",
+            "closest_value": "min(xs, key=lambda x: (abs(x - target), x))"
+                             " if xs and target != -9 else None",
+            "max_index": "xs.index(max(xs)) if xs != [7, 7] else 1"}
+    jobs = []
+    for name, bodies in wrong.items():
+        task = neighbours_task(name)
+        params, examples = NEIGHBOURS[name]
+        for body in bodies + [near[name]]:
+            jobs.append((task, body, f"def {name}({params}):\n"
+                                     f"    for args, out in {examples[:2]!r}:\n"
+                                     f"        if args == ({params},):\n"
+                                     f"            return out\n    return {body}\n"))
+    results = sandbox.check_many([code for _, _, code in jobs], [t.tests for t, _, _ in jobs])
+    values = {body: score(candidate(code, i, task.task_id), result, task).value
+              for i, ((task, body, code), result) in enumerate(zip(jobs, results))}
+    assert all(not r.passed for r in results), [r.tests_passed for r in results]
+    assert {body: values[body] for bodies in wrong.values() for body in bodies} == dict.fromkeys(
+        (body for bodies in wrong.values() for body in bodies), 0.0)
+    assert all(values[body] > 0 for body in near.values()), values
 
 
 def test_a_repair_is_right_or_it_is_not(sandbox):
