@@ -38,7 +38,7 @@ CHILD_ENV = {
 # side of them is grader.REPLY_FD / grader.CALL_FD); the job pipe after those until the job came.
 FLAG_FD, CALLS_FD, ANSWERS_FD, JOB_FD = 3, 4, 5, 6
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
-_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, not per execution
+LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, not per execution (spawner.py too)
 PLAIN_TYPES = (bool, int, float, str, bytes, list, tuple, dict, set, frozenset)
 
 
@@ -274,4 +274,4 @@ def _exit_code(code):
 
 
 def prctl(option, value):
-    _LIBC.prctl(option, value, 0, 0, 0)
+    LIBC.prctl(option, value, 0, 0, 0)

@@ -7,19 +7,23 @@ interpreter with the common stdlib imported forks far faster than `python -c` st
 Every run has two children (child.py), forked ahead of its request while we wait for it (the
 "spares", see fork_spares): the grader (grader.py), which holds the tests and runs them, and the
 candidate, which runs the program and then answers the grader's calls with canonical data
-(canonical.py); a plain run leaves its grader unused. The tests never enter the candidate's
-process: it was forked before they arrived, they reach this server as a separate frame read into
-a buffer that is written to the grader's pipe and then zeroed, and the grader's report travels
-back through another buffer that is zeroed after it is sent, so no later candidate (forked from
-us) finds either in its memory.
+(canonical.py); a plain run leaves its grader unused. They are forked by the spawner
+(spawner.py), our first child, forked before the first request: it never holds a request, a
+reply or a run's figures, so no candidate starts with anything of an earlier run in its memory
+(forked from us, one found the last run's program and output in our frames and heap). The
+tests never enter the candidate's process either: it was forked before they arrived, they
+reach this server as a separate frame read into a buffer that is written to the grader's pipe
+and then zeroed, and the grader's report travels back through another buffer that fork leaves
+out.
 This server never parses anything a candidate wrote: output is counted and forwarded, the
 memory-error flag is one byte, and every read is capped.
 
-Why PID 1: in a PID namespace, kill(-1, SIGKILL) sent by PID 1 reaches every other process of the
-namespace, so after each run the whole tree dies, daemonised and re-parented grandchildren
-included, and PID 1 itself cannot be killed from inside (the kernel drops SIGKILL sent to a
-namespace's init by its own members). Orphans are re-parented to us, so we reap them and count
-their CPU time.
+Why PID 1: in a PID namespace, kill(-1, SIGKILL) reaches every process of the namespace but the
+sender and PID 1, so after each run the spawner's kill ends the whole tree, daemonised and
+re-parented grandchildren included (the spawner is their subreaper: it reaps them and reports
+their CPU time), and PID 1 itself cannot be killed from inside (the kernel drops SIGKILL sent
+to a namespace's init by its own members). A run that stops or kills the spawner gets our own
+kill(-1), which ends the spawner too; the host then starts a fresh jail.
 
 Limits enforced here (pump.py, one run's I/O): wall-clock deadline, CPU seconds of the
 candidate's tree (polled from /proc, since RLIMIT_CPU is per process and forking escapes it),
@@ -79,6 +83,7 @@ import child  # noqa: E402
 import cleanup  # noqa: E402
 import grader  # noqa: E402
 import pump  # noqa: E402
+import spawner  # noqa: E402
 
 WORK_DIR = child.WORK_DIR
 SITE_DIR = "/opt/spade-sandbox/site"  # whitelisted packages, bound read-only by the host
@@ -173,10 +178,11 @@ class Spares:
         self.grader_pid = self.candidate_pid = None
 
 
-def fork_spares(streams):
-    """Fork the grader and the candidate of the next run before its request arrives, while the
-    host is busy with the last reply: the forks (about 1 ms of CPU each, mostly page-table copies
-    and the children's set-up) then leave the critical path, and the candidate is in its cgroup
+def fork_spares(forker):
+    """Have the spawner (`forker`, spawner.py) fork the grader and the candidate of the next
+    run before its request arrives, while the host is busy with the last reply: the forks (about
+    1 ms of CPU each, mostly page-table copies and the children's set-up) then leave the
+    critical path, and the candidate is in its cgroup
     before the request is sent, instead of moved there in a round trip after it: it joins the
     group itself (JOIN_FDS; we wait for its word before announcing it), or the host moves it
     when it reads the announcement. Neither has seen any request: the candidate waits for its
@@ -184,8 +190,7 @@ def fork_spares(streams):
     serves exactly one run (pump.kill_all ends both after it) and the tests reach only the
     grader's process."""
     spares = Spares()
-    spares.grader_pid = _fork(lambda: child.grader_main(spares.fds))
-    spares.candidate_pid = _fork(lambda: child.candidate_main(spares.fds, JOIN_FDS, streams))
+    spares.grader_pid, spares.candidate_pid = forker.fork(spares.fds)
     for fd in spares.fds.values():
         os.close(fd)
     if JOIN_FDS:
@@ -196,7 +201,7 @@ def fork_spares(streams):
     return spares
 
 
-def serve_one(req, tests, spares):
+def serve_one(req, tests, spares, forker):
     """Run one request on the spares; `tests` (a bytearray, or None) is zeroed here once the
     grader has it."""
     limits = req["limits"]
@@ -211,11 +216,11 @@ def serve_one(req, tests, spares):
                                      "shares_memory_cgroup")}
     job["grade"] = tests is not None
     _hand_over(spares.job_w, job)
-    run = pump.Run(limits, spares.grader_pid, tests is not None, REPORT_BUFFER)
+    run = pump.Run(limits, spares.grader_pid, tests is not None, REPORT_BUFFER, forker.pid)
     start = time.monotonic()
-    pump.pump(run, spares, start, stdin_data)
+    pump.pump(run, spares, start, stdin_data, forker)
     wall_s = time.monotonic() - start
-    return _finish(run, wall_s, limits), run
+    return _finish(run, wall_s, limits, forker.pid), run
 
 
 def _hand_over(fd, obj, *raw):
@@ -229,24 +234,14 @@ def _hand_over(fd, obj, *raw):
         os.close(fd)
 
 
-def _fork(body):
-    pid = os.fork()
-    if pid == 0:
-        try:
-            body()
-        finally:
-            os._exit(70)
-    return pid
-
-
-def _finish(run, wall_s, limits):
+def _finish(run, wall_s, limits, spawner_pid):
     cap = limits["max_output_bytes"]
     truncated = len(run.out) + len(run.err) > cap
     out = bytes(run.out[:cap])
     err = bytes(run.err[: max(0, cap - len(out))])
-    survivors = pump.live_pids()
+    survivors = pump.live_pids(spawner_pid)
     cleanup.collect_unix_garbage()
-    jail_changed = _jail_changed()
+    jail_changed = _jail_changed(run.spawner_lost)
     cleanup_error = (cleanup.clear_work_dir(WORK_DIR, WORK_DIR_ATTRIBUTES)
                      or cleanup.remove_ipc_objects() or cleanup.state_changed(SERVER_STATE))
     return {
@@ -267,10 +262,12 @@ def _finish(run, wall_s, limits):
     }
 
 
-def _jail_changed():
+def _jail_changed(spawner_lost):
     """What the run changed in the jail beyond a plain run (cleanup.jail_changed), or None: the
     host then recycles the jail, and the run's own result stands. Measured before emptying /work
     (the probe needs no room a run could have taken after it)."""
+    if spawner_lost:
+        return "the run stopped or killed the spawner"
     try:
         now = cleanup.jail_state(WORK_DIR)
     except OSError:
@@ -327,6 +324,7 @@ def main():
     # Move everything imported so far out of the collector's reach: a forked child's collections
     # would otherwise write to (and so copy) every page holding a tracked object.
     gc.freeze()
+    forker = spawner.Spawner(streams, JOIN_FDS, (ctl_in, ctl_out))  # before any request
     JAIL_STATE.update(cleanup.jail_state(WORK_DIR))
     cleanup.clear_work_dir(WORK_DIR, WORK_DIR_ATTRIBUTES)  # /work's times, as after every run
     write_frame(ctl_out, {"ready": True, "python": sys.version.split()[0], "pid": os.getpid(),
@@ -335,13 +333,13 @@ def main():
         try:
             # Forked after the last run's tree is gone and its buffers are zeroed; the
             # candidate is in its cgroup (if it has one) before the host sends the request.
-            spares = fork_spares(streams)
+            spares = fork_spares(forker)
             write_frame(ctl_out, {"spare": spares.candidate_pid})
             req = read_frame(ctl_in)
             if req is None:
                 return
             tests = read_raw_frame(ctl_in, grader.TESTS_CAP_BYTES) if req.get("grade") else None
-            reply, run = serve_one(req, tests, spares)
+            reply, run = serve_one(req, tests, spares, forker)
         except Exception as e:  # noqa: BLE001 - report, then let the host recycle us
             pump.kill_all()
             write_frame(ctl_out, {"harness_error": f"{type(e).__name__}: {e}"})
@@ -351,6 +349,8 @@ def main():
         else:  # with the grader's report, forwarded unread, then wiped
             write_frame(ctl_out, reply, memoryview(run.report)[:run.report_bytes])
             zero(run.report, run.report_bytes)
+        if run.spawner_lost:  # the host starts a fresh jail (jail_changed)
+            return
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
 While a run's candidate (and, for a check, its grader) live, `pump` feeds the candidate's stdin,
 collects its output, the memory-error flag and the grader's report, each read capped, and
 enforces the wall-clock deadline, the CPU seconds of the candidate's tree (polled from /proc,
-since RLIMIT_CPU is per process and forking escapes it) and the output cap; then `kill_all` ends
-every process of the namespace but the server and `reap_all` collects them, accounting the CPU
-time and peak memory of all but the grader. Nothing here parses what a candidate wrote.
+since RLIMIT_CPU is per process and forking escapes it) and the output cap; then `end` has the
+spawner (spawner.py, the parent of every process a run leaves) kill and reap them, accounting
+the CPU time and peak memory of all but the grader. Nothing here parses what a candidate wrote.
 """
 
 import os
@@ -15,15 +15,19 @@ import time
 
 FLAG_CAP_BYTES = 16
 CPU_POLL_S = 0.05
+# How long the spawner may take to kill a run's processes after we asked: it does at once unless
+# the run stopped or killed it (then we kill everything ourselves, the spawner too).
+KILL_WAIT_S = 0.5
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class Run:
     """Host-facing bookkeeping of one execution."""
 
-    def __init__(self, limits, grader_pid, grading, report):
+    def __init__(self, limits, grader_pid, grading, report, spawner_pid):
         self.limits = limits
         self.grader_pid = grader_pid  # excluded from the candidate's accounting even unused
+        self.spawner_pid = spawner_pid  # never the candidate's
         self.grading = grading
         self.out = bytearray()
         self.err = bytearray()
@@ -35,13 +39,31 @@ class Run:
         self.reaped_cpu_s = 0.0
         self.max_rss_kb = 0
         self.status = None  # wait status of the candidate
-        self.grader_status = None  # wait status of the grader, if it ended before our kill
+        self.grader_ended = False  # before our kill
+        self.grader_status = None  # its exit code (or -signal), if it ended before our kill
+        self.spawner_lost = False  # the run stopped or killed the spawner
 
-    def account(self, pid, rusage):
-        if pid == self.grader_pid:  # the grader's time and memory are not the candidate's
+    def account(self, pid, status, cpu_s, max_rss_kb, candidate_pid):
+        if pid == candidate_pid:
+            self.status = status
+        if pid == self.grader_pid and self.grader_ended:
+            self.grader_status = os.waitstatus_to_exitcode(status)
+        if pid in (self.grader_pid, self.spawner_pid):  # not the candidate's time and memory
             return
-        self.reaped_cpu_s += rusage.ru_utime + rusage.ru_stime
-        self.max_rss_kb = max(self.max_rss_kb, rusage.ru_maxrss)
+        self.reaped_cpu_s += cpu_s
+        self.max_rss_kb = max(self.max_rss_kb, max_rss_kb)
+
+
+def end(run, spawner, candidate_pid):
+    """Kill every process of the run and reap it, through the spawner; if it does not answer,
+    ourselves (`run.spawner_lost`: the host then starts a fresh jail)."""
+    records = spawner.end_run(KILL_WAIT_S)
+    if records is None:
+        run.spawner_lost = True
+        kill_all()
+        records = reap_all()
+    for record in records:
+        run.account(*record, candidate_pid)
 
 
 def kill_all():
@@ -52,26 +74,27 @@ def kill_all():
         pass
 
 
-def reap_all(run, main_pid):
-    """Collect every process of the namespace. Blocks until none is left."""
+def reap_all():
+    """Collect every child: [(pid, status, cpu_s, max_rss_kb)]. Blocks until none is left."""
+    records = []
     while True:
         try:
             pid, status, rusage = os.wait4(-1, 0)
         except ChildProcessError:
-            return
-        run.account(pid, rusage)
-        if pid == main_pid:
-            run.status = status
+            return records
+        records.append((pid, status, rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss))
 
 
-def live_pids():
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and p != "1"]
+def live_pids(*ignore):
+    """Every process of the namespace but us (PID 1) and `ignore`."""
+    skip = {"1", *map(str, ignore)}
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and p not in skip]
 
 
 def tree_cpu_s(run):
     """CPU seconds of the candidate's live tree plus everything already reaped."""
     total = run.reaped_cpu_s
-    for pid in live_pids():
+    for pid in live_pids(run.spawner_pid):
         if pid == run.grader_pid:
             continue
         try:
@@ -83,7 +106,7 @@ def tree_cpu_s(run):
     return total
 
 
-def pump(run, spares, start, stdin_data):
+def pump(run, spares, start, stdin_data, spawner):
     """Feed stdin, collect output and enforce the wall, CPU and output limits until the
     candidate and (for a check) the grader have both ended, or a limit is reached."""
     limits = run.limits
@@ -123,27 +146,16 @@ def pump(run, spares, start, stdin_data):
         for fd in ready_r:
             if fd in waiting:
                 if waiting.pop(fd) == "grader":
-                    run.grader_status = exit_status(run.grader_pid)
+                    run.grader_ended = True
             elif _take(run, fd, out_r, err_r, flag_r) is False:
                 readers.remove(fd)
-    kill_all()
-    reap_all(run, spares.candidate_pid)
+    end(run, spawner, spares.candidate_pid)
     for fd in readers:  # after the kill every writer is gone: take what is left
         while _take(run, fd, out_r, err_r, flag_r):
             pass
     for fd in (out_r, err_r, flag_r, spares.report_r, stdin_w, *pidfds):
         if fd is not None:
             os.close(fd)
-
-
-def exit_status(pid):
-    """The wait status of an ended child, leaving it to be reaped (and accounted) later."""
-    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-    if info is None:
-        return None
-    if info.si_code == os.CLD_EXITED:
-        return info.si_status
-    return -info.si_status
 
 
 def _take(run, fd, out_r, err_r, flag_r):

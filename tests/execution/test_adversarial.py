@@ -220,8 +220,8 @@ def test_proc_shows_only_the_jail(sandbox):
         print(len(pids))
     """)
     assert r.status is ExecStatus.OK
-    assert int(r.stdout) <= 3  # the harness, the candidate, at most its shell
-    assert str(os.getpid()) not in r.stdout or int(r.stdout) <= 3
+    # the harness, its spawner, the run's grader (a plain run's exits unused) and candidate
+    assert int(r.stdout) <= 4
 
 
 def test_no_fd_the_program_can_reach_moves_a_process_between_cgroups(sandbox):

@@ -1,5 +1,6 @@
 """Kernel state a run leaves in its jail that no cleanup inside the jail can reset: the next run
-on the worker must not see it (red-team s24 H1-H4; reproducers in notes/s24/sandbox).
+on the worker must not see it (red-team s24 H1-H4; reproducers in notes/s24/sandbox). Nor may
+it find the last run's program, input, output or figures in its own memory (pass 13 Q1).
 
 Each channel has a writer that moves it by an amount it chooses and a reader that prints what
 it sees. A reader run after a writer that moved the channel by 5 must print exactly what it
@@ -9,6 +10,8 @@ test_run_isolation.py covers what the server can put back itself.
 """
 
 import dataclasses
+import hashlib
+import secrets
 import textwrap
 
 import pytest
@@ -186,3 +189,87 @@ def test_memory_a_run_leaves_charged_recycles_the_worker(backend):
         flooded = int(sandbox.run(flood).stdout)
         after = int(sandbox.run("import os\nprint(os.getpid())").stdout)
     assert after < flooded, (flooded, after)
+
+
+# Everything of the last runs a candidate could find without help: every frame's locals and
+# globals up its stack, every object the collector tracks, and every byte of its writable
+# memory (red-team pass 13 Q1: forked from the server, a candidate read the last run's request
+# and reply in `main`'s frame, and 3-4 copies of them in its heap). It knows the marks by their
+# hashes only, so that none is in its own memory.
+MEMORY_SCAN = """
+import ctypes, gc, hashlib, re, sys
+hashes = {hashes!r}
+mark = re.compile(rb"(?:code|stdin|stdout|stderr|answer)-[0-9a-f]{{16}}")
+seen = set()
+def look(data):
+    for m in mark.finditer(data):
+        name = hashes.get(hashlib.sha256(m.group()).hexdigest())
+        if name:
+            seen.add(name)
+frame = sys._getframe()
+while frame is not None:
+    look(repr(frame.f_locals).encode() + repr(frame.f_globals).encode())
+    frame = frame.f_back
+for obj in gc.get_objects():
+    try:
+        look(repr(obj).encode())
+    except Exception:
+        pass
+for line in open("/proc/self/maps").read().splitlines():
+    fields = line.split()
+    if fields[1].startswith("rw") and (len(fields) < 6 or fields[5] in ("[heap]", "[stack]")):
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        look(ctypes.string_at(lo, hi - lo))
+print(sorted(seen))
+"""
+
+
+def test_no_run_finds_an_earlier_runs_program_input_or_output_in_its_memory(sandbox):
+    marks = {part: f"{part}-{secrets.token_hex(8)}" for part in
+             ("code", "stdin", "stdout", "stderr", "answer")}
+    # Only the program's text holds marks["code"]; the others are whole at run time only.
+    earlier = textwrap.dedent("""
+        import sys
+        code_mark = "{code}"
+        print(sys.stdin.read().strip() + "{stdout[0]}" + "{stdout[1]}")
+        print("{stderr[0]}" + "{stderr[1]}", file=sys.stderr)
+        def add(a, b):
+            return "{answer[0]}" + "{answer[1]}"
+        sys.exit(37)
+        """).format(code=marks["code"], **{part: (mark[:9], mark[9:])
+                                            for part, mark in marks.items() if part != "code"})
+    scan = MEMORY_SCAN.format(hashes={hashlib.sha256(m.encode()).hexdigest(): part
+                                      for part, m in marks.items()})
+    ran = sandbox.run(earlier, stdin=marks["stdin"] + "\n")
+    assert ran.status is ExecStatus.ERROR and marks["stdout"] in ran.stdout, ran
+    runs = [sandbox.run(scan)]
+    assert not sandbox.check(earlier, ASSERTS).passed
+    runs.append(sandbox.run(scan))
+    for found in runs:
+        assert found.status is ExecStatus.OK, found
+        assert found.stdout.strip() == "[]", found.stdout
+
+
+# The spawner (sandbox/spawner.py) is the candidate's parent and has its uid: a run can stop or
+# kill it, once or from a thread that keeps at it while the run ends.
+SPAWNER_ATTACKS = {
+    "stop": "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n",
+    "kill": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+    "term": "import os, signal\nos.kill(os.getppid(), signal.SIGTERM)\n",
+    "keep_stopping": "import os, signal, threading\nparent = os.getppid()\n"
+                     "def stop():\n    while True:\n        os.kill(parent, signal.SIGSTOP)\n"
+                     "threading.Thread(target=stop, daemon=True).start()\n",
+}
+
+
+@pytest.mark.parametrize("attack", SPAWNER_ATTACKS)
+def test_a_run_that_stops_or_kills_the_spawner_fails_alone(sandbox, attack):
+    """Its own verdict stands (a failure, not a sandbox_error it could hide behind) and the
+    next runs are served as before, by a fresh jail."""
+    wrong = sandbox.check(SPAWNER_ATTACKS[attack] + WRONG, ASSERTS)
+    assert not wrong.passed and wrong.execution.status is ExecStatus.OK, wrong.execution
+    assert wrong.tests_passed == 0
+    right = SPAWNER_ATTACKS[attack] + "def add(a, b):\n    return a + b\n"
+    assert sandbox.check(right, ASSERTS).passed
+    for _ in range(2):
+        assert sandbox.check("def add(a, b):\n    return a + b\n", ASSERTS).passed
