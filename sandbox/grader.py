@@ -16,6 +16,12 @@ trusted `preamble` define become proxies of the candidate's functions), and `che
 prompt) is run here first, so helpers the tests use, like `poly` or `encode_cyclic`, are the
 task's own, not the candidate's).
 
+No call depends on whether an earlier answer was right: the asserts of `check` and `asserts`
+record whether they held and the test goes on (recording.py), the examples' answers are all
+collected first (`_answers`), and the outcomes are decided after the last call. An outcome is
+the one the test would have had had it stopped at its first failed assert, with that assert's
+message.
+
 What crosses is data: arguments are copies (a test cannot see the candidate mutate them), and only
 functions can be called (no objects, no module attributes). An exception the candidate raises
 comes back as the builtin exception of that name (or CandidateException), so tests that expect a
@@ -37,6 +43,7 @@ import time
 import types
 
 import canonical
+import recording
 
 REPORT_FD, REPLY_FD, CALL_FD, TESTS_FD = 3, 4, 5, 6
 TESTS_CAP_BYTES = 64 * 1024 * 1024  # harness.py's cap on the tests frame it forwards
@@ -150,25 +157,31 @@ class Proxy:
 
 
 def grade(tests, link):
-    """Run every test; returns the outcomes (one per assert, one for check, one per example)."""
+    """Run every test; returns the outcomes (one per assert, one for check, one per example).
+    Every call the tests make is made before any outcome is decided: an assert of the check or
+    of an assert source records whether it held and the test goes on (recording.py), and the
+    examples' answers are collected first (`_answers`)."""
     namespace = {"__name__": "__grader__", "__builtins__": builtins}
     preamble_error = _run_preamble(tests.get("preamble"), namespace)
     entry = tests.get("entry_point")
     if entry:
         namespace[entry] = Proxy(link, entry)
-    asserts = [compile(source, "<test>", "exec") for source in tests.get("asserts") or []]
-    check = compile(tests["check"], "<test>", "exec") if tests.get("check") else None
+    asserts = [recording.rewrite(source) for source in tests.get("asserts") or []]
+    check = recording.rewrite(tests["check"]) if tests.get("check") else None
+    recorder = namespace[recording.RECORD] = recording.Recorder((Exception, NotPlainResult))
     for name in _free_names(asserts + ([check] if check else [])):
         namespace.setdefault(name, Proxy(link, name))
-    outcomes = []
+    runs = []
     for i, code in enumerate(asserts):
-        outcomes.append(_one(f"assert[{i}]", preamble_error, lambda c=code: exec(c, namespace)))
+        runs.append((f"assert[{i}]", _run(recorder, preamble_error,
+                                          lambda c=code: exec(c, namespace))))
     if check:
-        outcomes.append(_one("check", preamble_error,
-                             lambda: _run_check(check, namespace, entry)))
+        runs.append(("check", _run(recorder, preamble_error,
+                                   lambda: _run_check(check, namespace, entry))))
     tolerance = float(tests.get("tolerance") or 0.0)
     examples = tests.get("examples") or []
     answers = [] if preamble_error else _answers(link, entry, examples)
+    outcomes = [_verdict(name, preamble_error, *run) for name, run in runs]
     for i, (_, expected_text) in enumerate(examples):
         got = answers[i] if answers else (None, None, 0.0)
         outcomes.append(_one(f"example[{i}]", preamble_error,
@@ -206,6 +219,44 @@ def _run_check(code, namespace, entry):
     if type(check) is Proxy:  # the check code never defined it: never call the candidate's
         raise NameError("the check code defines no function check")
     check(namespace[entry])
+
+
+def _run(recorder, preamble_error, body):
+    """Run one test body (an assert source, or the check) with a fresh record: (records, the
+    exception that stopped it or None, wall seconds)."""
+    recorder.records = records = []
+    if preamble_error:
+        return records, None, 0.0
+    start = time.perf_counter()
+    try:
+        body()
+        error = None
+    except BaseException as e:  # noqa: BLE001 - judged with the records, after the last call
+        error = e
+    return records, error, time.perf_counter() - start
+
+
+def _verdict(name, preamble_error, records, error, wall_s):
+    """The outcome the test would have had had its first failed assert raised: the first record
+    that did not hold decides, else the exception that stopped the body, else passed."""
+    start = time.perf_counter() - wall_s
+    if preamble_error:
+        outcome, message = "error", preamble_error
+    else:
+        outcome, message = "passed", ""
+        for held, test_error, text, text_error in records:
+            if held:
+                continue
+            if test_error is None and text_error is None:
+                error = AssertionError() if text is recording.NO_MESSAGE else AssertionError(text)
+            else:
+                error = test_error if test_error is not None else text_error
+            break
+        if error is not None:
+            outcome = "failed" if isinstance(error, AssertionError) else "error"
+            message = describe(error)
+    return {"name": name, "outcome": outcome, "message": message[:MESSAGE_CHARS],
+            "wall_s": time.perf_counter() - start}
 
 
 def _answers(link, entry, examples):

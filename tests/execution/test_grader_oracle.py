@@ -1,0 +1,81 @@
+"""Whether an answer was right must not show in the calls the candidate sees. A check that stopped
+at its first failed assert (or whose message called the candidate again only on failure) told the
+candidate which answer was wrong, and a store that outlives the run (the host's page or dentry
+cache) carried that to its next run: a program holding no answers passed HumanEval's check after
+a few runs (red-team s25 Q2, F1). The grader now records each assert and decides after the last
+call (sandbox/recording.py)."""
+
+from spade_ray.records import ExecStatus, TestSuite
+
+# Prints every call it gets; its answer to 1 is right only if RIGHT.
+LOGS_ITS_CALLS = """
+RIGHT = {right}
+
+def f(x):
+    print("call", x)
+    return x + 1 if RIGHT or x != 1 else 0
+"""
+
+CHECK = TestSuite(check="""
+def check(candidate):
+    assert candidate(1) == 2, "first: " + str(candidate(1))
+    for x in (2, 3):
+        assert candidate(x) == x + 1
+""", entry_point="f")
+
+ASSERTS = TestSuite(asserts=("assert f(1) == 2, 'first: ' + str(f(1))\nassert f(2) == 3",
+                             "assert f(3) == 4"))
+
+
+def calls_seen(sandbox, suite, right):
+    result = sandbox.check(LOGS_ITS_CALLS.format(right=right), suite)
+    assert result.execution.status is ExecStatus.OK, result.execution.detail
+    assert result.passed is right, result.outcomes
+    return result.execution.stdout, result.outcomes
+
+
+def test_a_check_makes_the_same_calls_whether_the_first_answer_is_right_or_wrong(sandbox):
+    right, _ = calls_seen(sandbox, CHECK, True)
+    wrong, outcomes = calls_seen(sandbox, CHECK, False)
+    assert wrong == right == "call 1\ncall 1\ncall 2\ncall 3\n"
+    # The verdict is the one the first failed assert gave, with its message.
+    assert [(o.name, o.outcome.value, o.message) for o in outcomes] == [
+        ("check", "failed", "AssertionError: first: 0")]
+
+
+def test_asserts_make_the_same_calls_whether_the_first_answer_is_right_or_wrong(sandbox):
+    right, _ = calls_seen(sandbox, ASSERTS, True)
+    wrong, outcomes = calls_seen(sandbox, ASSERTS, False)
+    assert wrong == right == "call 1\ncall 1\ncall 2\ncall 3\n"
+    assert [(o.name, o.outcome.value, o.message) for o in outcomes] == [
+        ("assert[0]", "failed", "AssertionError: first: 0"), ("assert[1]", "passed", "")]
+
+
+# What honest test code does is kept: an assert whose failure the check's own `try` catches, one
+# in a class body and one that binds a name (:=) still raise, as before; a message that raises
+# on a failed assert gives that error, as before.
+KEEPS_ITS_MEANING = TestSuite(check="""
+def check(candidate):
+    try:
+        assert candidate(0) == 99
+    except AssertionError:
+        pass
+    class T:
+        y = candidate(1)
+        assert y == 2
+    assert (z := candidate(2)) == 3
+    assert z == 3
+""", entry_point="f")
+
+A_MESSAGE_THAT_RAISES = TestSuite(check="""
+def check(candidate):
+    assert candidate(1) == 5, "got " + str(len(candidate(1)))
+""", entry_point="f")
+
+
+def test_the_rewrite_keeps_what_honest_test_code_means(sandbox):
+    program = LOGS_ITS_CALLS.format(right=True)
+    assert sandbox.check(program, KEEPS_ITS_MEANING).passed
+    outcomes = sandbox.check(program, A_MESSAGE_THAT_RAISES).outcomes
+    assert [(o.outcome.value, o.message) for o in outcomes] == [
+        ("error", "TypeError: object of type 'int' has no len()")]
