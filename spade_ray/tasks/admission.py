@@ -100,7 +100,7 @@ from spade_ray.records import (
 )
 from spade_ray.tasks import driver, repair
 from spade_ray.tasks.augment import augmented_inputs
-from spade_ray.tasks.decontamination import HeldOut, twins
+from spade_ray.tasks.decontamination import HeldOut, kinds, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question, stated_first
@@ -194,7 +194,9 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     for key, run in zip(running, runs):
         cores[key] = _core(proposals[first[key]], run, config, extras[key],
                            extra_runs.get(key))
-    found = [key for key, core in cores.items() if isinstance(core, _Core)]
+    found = sorted((key for key, core in cores.items() if isinstance(core, _Core)),
+                   key=first.__getitem__)  # in proposal order (red-team s25 F4: reversed, a
+    # copy written before a task that sticks its problem was checked after it)
     twin_cpu_s = _copies(cores, found, proposals, first, source, held_out, known, executor,
                          limits)
     checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
@@ -227,7 +229,8 @@ def _copies(cores: dict[str, _Core | str], found: list[str], proposals: Sequence
     examples = [cores[key].examples for key in found]
     # each proposal is a twin of itself: the first found in proposal order (`own`) is its own
     # key unless an earlier proposal answers it
-    chunk = tuple(HeldOut(key, proposals[first[key]].reference, proposals[first[key]].entry_point)
+    chunk = tuple(HeldOut(key, proposals[first[key]].reference, proposals[first[key]].entry_point,
+                          kinds(cores[key].examples))  # what each was admitted on (F5)
                   for key in sorted(found, key=first.__getitem__)
                   ) if source is TaskSource.GENERATED else ()
     twin_checks = [twins(examples, held, executor, limits) for held in (held_out, known, chunk)]

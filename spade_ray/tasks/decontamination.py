@@ -21,14 +21,20 @@ checkpoint is judged on all of HumanEval later, and a twin of a problem outside 
 would have trained on it just the same (0.35 s of sandbox time for 8 tasks against all 164
 problems, measured here, against 0.02 s for 8 problems).
 
-What it does not catch: a twin with an example on which the validation solution is slower than
-CALL_S (fib(50) and HumanEval/55's recursive fib), a task that computes a validation problem
-only on inputs the task does not show, one that special-cases more than a fifth of the
-examples the problem answers (or shows fewer than MIN_AGREEING and special-cases one), and
-disguises past the mappings, the relabellings and the float tolerance (arguments nested
-deeper, renamed keys, an output scaled or wrapped in a dict, rounding to fewer than two decimal
-places), and a copy beside a task of its chunk whose input sticks its problem in one C call (a
-problem killed once is left out for the rest of the run, ITEM_SLACK_S).
+What it does not catch: a twin whose first example is one on which the validation solution is
+slower than CALL_S, or with such examples or ones it is slow to raise on past RAISE_S in all
+(one or two after an agreeing answer are unanswered), a task that
+computes a validation problem only on inputs the task does not show, one that special-cases
+more than a fifth of the examples the problem answers (or shows fewer than MIN_AGREEING and
+special-cases one), and disguises past the mappings, the relabellings, the affine maps and
+containments of the answer (twin_rules.py) and the float tolerance (arguments nested deeper
+or re-encoded other than by a separator, renamed keys, an output wrapped in a dict or
+transformed other than affinely, a special case combined with a changed answer, rounding to
+fewer than two decimal places), and a copy beside two tasks of its chunk whose inputs stick
+its problem in one C call (a problem killed is left out for the rest of the run, ITEM_SLACK_S,
+and gets one more pass at the end). A known task is checked only on calls with the kinds of
+arguments its own examples pass (kinds), so a copy that changes the argument types (a str
+for a list) of a known task is missed; validation problems are checked on every call.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from collections.abc import Sequence
 
 from spade_ray.execution import canonical
 from spade_ray.records import ExecStatus, IOExample, Limits, Task
-from spade_ray.tasks.twin_job import CALL_S, ITEM_SLACK_S, TASK_S, TWINS
+from spade_ray.tasks.twin_job import CALL_S, ITEM_SLACK_S, TASK_S, TWINS, kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +58,17 @@ class HeldOut:
     problem_id: str
     source: str
     entry_point: str
+    # a known task's: the kinds of arguments its own examples pass (kinds()); it is checked
+    # only on calls of those kinds (empty: on every call, as a validation problem is)
+    kinds: tuple[tuple[str, ...], ...] = ()
+
+
+def kinds(examples: Sequence[IOExample]) -> tuple[tuple[str, ...], ...]:
+    """The kinds of arguments the examples pass, each call as a tuple (twin_job.kind): what a
+    known reference was admitted on. Red-team s25 F5: an archived `tidy(x)` admitted on ints
+    alone answered lists with their squares and strs with every other character in branches
+    its examples never reach, and honest later tasks of those shapes were known_twin (-1)."""
+    return tuple(sorted({tuple(kind(v) for v in canonical.decode(e.args)) for e in examples}))
 
 
 def known_tasks(tasks: Sequence[Task]) -> tuple[HeldOut, ...]:
@@ -59,9 +76,12 @@ def known_tasks(tasks: Sequence[Task]) -> tuple[HeldOut, ...]:
     task that a known one's reference answers is that task again, however its text differs
     (red-team pass 11: a seed's code padded with a string statement, under a re-worded
     description, was new to the hash and to near-duplicates, and paid as a new task)."""
-    by_reference = {t.reference: t for t in tasks}
-    return tuple(HeldOut(t.task_id, t.reference, t.entry_point)
-                 for t in by_reference.values())
+    by_reference: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_reference.setdefault(t.reference, []).append(t)
+    return tuple(HeldOut(same[-1].task_id, reference, same[-1].entry_point,
+                         kinds([e for t in same for e in (*t.visible, *t.tests.examples)]))
+                 for reference, same in by_reference.items())
 
 
 def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
@@ -95,7 +115,8 @@ def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], exe
     unchecked = (False,) * len(tasks)
     if not tasks or not held_out:
         return TwinCheck((None,) * len(tasks), unchecked, False, 0.0)
-    job = {"problems": [[h.problem_id, h.source, h.entry_point] for h in held_out],
+    job = {"problems": [[h.problem_id, h.source, h.entry_point, [list(k) for k in h.kinds]]
+                        for h in held_out],
            "tasks": [[[_pickled(e.args), _pickled(e.expected)] for e in examples]
                      for examples in tasks]}
     # every task's allowance and the one item that may overrun it, the definitions, start-up

@@ -10,6 +10,9 @@ it; decontamination.py says what a twin is and what the test does not catch.
 from __future__ import annotations
 
 from spade_ray.tasks.imports import ALLOWED_IMPORTS
+from spade_ray.tasks.twin_rules import RULES, kind
+
+__all__ = ["CALL_S", "ITEM_SLACK_S", "RAISE_S", "TASK_S", "TWINS", "kind"]
 
 CALL_S = 0.05  # one validation solution on one input; a slower one is no twin
 # ... and enforced from outside: the timer inside cannot stop one C call (HumanEval/60's
@@ -23,7 +26,7 @@ ITEM_SLACK_S = 0.5
 # on a foreign input is no twin, and an archive's reference stuck in C on every non-int
 # argument was killed on each (task, mapping) item of every chunk: 3 new tasks took 44.8 s
 # and 14.7 s CPU each, 1.4 s and 0.3 s without it (red-team s24 H1); now 3.2 s and 0.9 s.
-# The price: a copy in the chunk of a task whose input sticks its problem is not checked.
+# The items it skipped get one more pass at the end of the run (below: F4).
 # A task's allowance: TASK_S x CALL_S x problems x its examples, plus one stuck item (a big
 # input may stick one solution, as digit_count(10**10) does HumanEval/60, and be no copy). The
 # calls of one task whose inputs keep many solutions busy just under CALL_S (an item stops
@@ -34,6 +37,15 @@ ITEM_SLACK_S = 0.5
 # little to an honest task whose inputs keep the solutions busy 20 ms a call; more lets a
 # slow task burn more CPU before it is stopped.
 TASK_S = 0.5
+# A problem's unanswered calls on one task's inputs (raised, or Late) may take this much in
+# all, over its mappings; then the problem is no twin of the task. A raise is no evidence, so
+# an item goes on through raises until too few examples are left to agree: 12 archived tasks
+# that spin 30 ms and raise on any non-int argument cost each later 3-argument task 13
+# mappings x 10 calls x 30 ms apiece, 66 s for a chunk of 3, and made them twin_check_slow
+# (red-team s25 F3; 17 s and admitted with this). Honest problems raise in microseconds (a
+# TypeError on the first line). A Late is unanswered too, within this: up to 3 slow examples
+# of a copy no longer hide it; more, or a problem slow to raise on a copy's inputs, still do.
+RAISE_S = 3 * CALL_S
 # A twin: the validation solution gives every one of the task's expected outputs, or nearly
 # all of those of the examples it answers (returns a value on). Every one was evaded by
 # one special case: HumanEval/13's gcd plus `if a == 0 and b == 0: return -1` and the input
@@ -52,40 +64,7 @@ TASK_S = 0.5
 # 2-core machine under other jobs, where the same run's CPU time varies up to 2x). A call
 # stuck in C costs its item's examples x CALL_S plus ITEM_SLACK_S: digit_count(10**10) with
 # HumanEval/60, 0.7 s, where it took the whole 26.6 s budget and the chunk.
-# "Nearly all" is bounded on three sides, measured on the seed pool against all 164 problems
-# (tests/tasks/test_decontamination.py; as shipped, and augmented as generated tasks are),
-# each for one mapping of the arguments:
-TWIN_FRACTION = 0.8  # of the answered examples agree: all but 2 of 13 (a special case
-# usually reaches an augmented input or two of the input it was written for)
-MIN_AGREEING = 6  # agreeing examples at least: the shipped seeds' closest non-twins agree on
-# 5 of 6 (insertion_sort with HumanEval/34's sorted(set(l)), max_index with /73); no seed
-# has more than 7 examples, so none is a twin but by agreeing on all, as before
-MIN_DISTINCT = 4  # different outputs among them at least: a bool or a small count agrees by
-# chance (augmented seeds: is_power_of_two with /138 on 12 of 14 in two values, is_balanced
-# with /56 on 13 of 15 in two, max_index with /73 on 11 of 14 in three); counted on the
-# validation solution's results, so that a tolerance cannot make one value agree with four
-# Disguises a generator writes in one line (red-team s23 H2, each admitted before): the
-# arguments in another order (HumanEval/18, /44), an unused extra one (/18), all of them in
-# one tuple (/18), a tuple for a list (/26), a float rounded (/4 to 12 places, which the
-# grader's 1e-9 tolerance then passed /4's own solution on). So the task's arguments are
-# mapped, alike on all its examples: every order of them and every order of all but one
-# (up to MAX_PERMUTED arguments; past that only as they are and all but one), and a single
-# list or tuple argument spread; a mapping the problem's signature does not bind is skipped.
-# Results agree as data: a list or tuple with either, element by element, a str with the
-# str() of the result, a number (never a bool) within the tolerance below.
-# Or relabel the answer: HumanEval/48, /57 and /3 returning 1/0, 'yes'/'no' or the negated
-# bool were admitted, and 28 of the 164 problems return only bools (red-team s24 H3). So when
-# the problem's results on every example (all answered) are bools, ints or strs in 2 to
-# MAX_LABELS values, each given twice or more, and the expected outputs are one one-to-one
-# relabelling of them, on MIN_AGREEING examples or more (the map is read off the examples),
-# it is a twin. Never by "nearly all": under MIN_DISTINCT values that rule keeps out.
-MAX_LABELS = 3
-MAX_PERMUTED = 3  # 12 mappings for 3 arguments (6 orders, 3 x 2 with one dropped)
-# Rounding must not hide a twin: to 2 decimal places (the usual "round to two decimals", and
-# HumanEval/71's own) moves a value by up to 0.005, within ABS_TOL; to 4 significant digits
-# by up to 5e-4 of it, within REL_TOL. A looser bound lets unrelated small floats agree.
-REL_TOL = 1e-3
-ABS_TOL = 1e-2
+
 TWINS = r'''
 import base64, inspect, itertools, json, math, os, pickle, select, signal, struct, sys, time
 job = json.loads(sys.stdin.read())
@@ -114,93 +93,7 @@ def guarded(fn, *args):
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def same(value, expected, isclose=math.isclose):  # bound now: a problem's module-level
-    # `math.isclose = ...` made every float agree (red-team s24 H2)
-    if isinstance(expected, bool) or expected is None:
-        return value is expected
-    if isinstance(expected, str):
-        return value == expected if isinstance(value, str) else str(value) == expected
-    if isinstance(expected, (int, float)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return False
-        if isinstance(value, int) and isinstance(expected, int):
-            return value == expected
-        try:
-            return isclose(value, expected, rel_tol=REL_TOL, abs_tol=ABS_TOL)
-        except OverflowError:
-            return False
-    if isinstance(expected, (list, tuple)):
-        return isinstance(value, (list, tuple)) and len(value) == len(expected) and \
-            all(same(v, e) for v, e in zip(value, expected))
-    if isinstance(expected, dict):
-        return isinstance(value, dict) and value.keys() == expected.keys() and \
-            all(same(value[k], e) for k, e in expected.items())
-    return type(value) is type(expected) and value == expected
-
-
-def label(value):
-    """A value a relabelling may map, with its type (True is not 1), or None."""
-    return (type(value), value) if type(value) in (bool, int, str) else None
-
-
-def answer(fn, args, expected):
-    value = fn(*args)
-    return repr(value) if same(value, expected) else None, label(value)
-
-
-def mapped(args, mapping):
-    unpack, order = mapping
-    args = tuple(args[0]) if unpack else args
-    return args if order is None else tuple(args[j] for j in order)
-
-
-def mappings(calls):
-    arities = {len(args) for args in calls}
-    tried = [(False, None)]
-    if len(arities) == 1 and (n := arities.pop()) > 1:
-        kept = [[j for j in range(n) if j != k] for k in range(n)]
-        if n <= MAX_PERMUTED:
-            orders = list(itertools.permutations(range(n)))[1:] + \
-                [order for rest in kept for order in itertools.permutations(rest)]
-        else:
-            orders = [tuple(rest) for rest in kept]
-        tried += [(False, order) for order in orders]
-    if all(len(args) == 1 and type(args[0]) in (list, tuple) for args in calls):
-        tried.append((True, None))
-    return tried
-
-
-def twin(fn, blobs, expected, mapping):
-    agreed, answered, outputs = 0, 0, set()
-    relabelled = {} if len(blobs) >= MIN_AGREEING else None  # result label: expected label
-    seen = {}  # result label: how many times
-    for i, (blob, wanted) in enumerate(zip(blobs, expected)):
-        key, result = None, None
-        try:
-            key, result = guarded(answer, fn, mapped(pickle.loads(blob), mapping), wanted)
-            answered += 1
-            if key is not None:
-                agreed += 1
-                outputs.add(key)
-        except Late:
-            return False  # slower than CALL_S: no twin, as before (waiting on more cost 2x)
-        except BaseException:
-            pass  # not answered: no evidence either way
-        if relabelled is not None:
-            image = label(wanted)
-            if result is None or image is None or relabelled.setdefault(result, image) != image \
-                    or len(relabelled) > MAX_LABELS:
-                relabelled = None
-            else:
-                seen[result] = seen.get(result, 0) + 1
-        if relabelled is None and (answered - agreed > (1 - TWIN_FRACTION) * len(blobs) + 1e-9
-                                   or agreed + len(blobs) - i - 1 <
-                                   min(MIN_AGREEING, len(blobs))):
-            return False  # no twin whatever the rest give
-    return agreed == len(blobs) or (agreed >= MIN_AGREEING and len(outputs) >= MIN_DISTINCT
-                                    and agreed >= TWIN_FRACTION * answered - 1e-9) or \
-        relabelled is not None and len(relabelled) >= 2 and min(seen.values()) >= 2 and \
-        len(set(relabelled.values())) == len(relabelled)
+RULES
 
 
 for name in ALLOWED_IMPORTS:
@@ -233,30 +126,34 @@ for examples in job["tasks"]:
     calls = [pickle.loads(blob) for blob in blobs]
     tasks.append((blobs, [pickle.loads(base64.b64decode(expected)) for _, expected in examples],
                   [(m, {len(mapped(args, m)) for args in calls}) for m in mappings(calls)],
+                  groups(calls),
                   (TASK_S * len(job["problems"]) + 1) * CALL_S * len(blobs) + ITEM_SLACK_S))
 fns, work = [], []  # work: (problem, task, mapping) in the order they are tried
-for problem_id, source, entry in job["problems"]:
+for problem_id, source, entry, own in job["problems"]:
     try:
         fn, signature = defined(source, problem_id, entry)
     except BaseException:
         continue
     binds = {}
-    for n in {n for _, _, ms, _ in tasks for _, lengths in ms for n in lengths}:
+    for n in {n for _, _, ms, _, _ in tasks for _, lengths in ms for n in lengths}:
         try:
             binds[n] = signature.bind(*range(n)) is not None
         except TypeError:
             binds[n] = False
-    fns.append((problem_id, fn))
-    work += [(len(fns) - 1, t, m) for t, (_, _, ms, _) in enumerate(tasks)
+    fns.append((problem_id, fn, {tuple(k) for k in own}))
+    work += [(len(fns) - 1, t, m) for t, (_, _, ms, _, _) in enumerate(tasks)
              for m, lengths in ms if all(binds[n] for n in lengths)]
 
 
 def child(start, write):
+    raised = {}  # (problem, task): seconds its calls spent raising, over the task's mappings
     for p, t, m in work[start:]:
         if t not in found and p not in dropped:
-            blobs, expected, _, _ = tasks[t]
+            blobs, expected, _, flags, _ = tasks[t]
             began = time.monotonic()
-            hit = twin(fns[p][1], blobs, expected, m)
+            hit, took = twin(fns[p][1], blobs, expected, m, flags,
+                             RAISE_S - raised.get((p, t), 0.0), fns[p][2])
+            raised[p, t] = raised.get((p, t), 0.0) + took
             if hit:
                 found[t] = fns[p][0]
             os.write(write, RECORD.pack(hit, time.monotonic() - began))
@@ -266,7 +163,7 @@ def spend(t, seconds):
     """Counts an item's time against task t's allowance; True when that ends its checks (found:
     None, left unchecked)."""
     spent[t] = spent.get(t, 0.0) + seconds
-    if t not in found and spent[t] > tasks[t][3]:
+    if t not in found and spent[t] > tasks[t][4]:
         found[t] = None
     return found.get(t, "") is None
 
@@ -298,13 +195,16 @@ def watch(start):
                 if not select.select([read], [], [], deadline)[0]:
                     spend(t, deadline)
                     dropped.add(work[i][0])
+                    stuck.add(work[i][:2])
                     return i + 1  # stuck in one call (a C loop the timer cannot stop)
                 more = os.read(read, 65536)
                 if not more:  # the child died on this one
                     dropped.add(work[i][0])
+                    stuck.add(work[i][:2])
                     return i + 1
                 done, k = done[k:] + more, 0
             hit, took = RECORD.unpack_from(done, k)
+            ran.add(work[i])
             if hit:
                 found[t] = fns[work[i][0]][0]
             i, k = i + 1, k + RECORD.size
@@ -318,16 +218,21 @@ def watch(start):
 
 found, spent = {}, {}  # per task: the problem it is (None: past its allowance); its seconds
 dropped = set()  # problems an item of which was killed (stuck) or ended the child: skipped
+ran, stuck = set(), set()  # items that ran to the end; (problem, task) of those killed
 start = 0
+while start < len(work):
+    start = watch(start)
+# The items a dropped problem skipped get one more pass, in which a problem killed again is
+# dropped for good (stuck on foreign inputs: one more item a run). A task that sticks one
+# problem hid a copy of it elsewhere in its chunk (HumanEval/60 verbatim beside
+# digit_count(10**12): red-team s25 F4).
+work = [w for w in work if w[0] in dropped and w not in ran and w[:2] not in stuck]
+dropped, start = set(), 0
 while start < len(work):
     start = watch(start)
 out.write(json.dumps({"found": {str(t): p for t, p in found.items() if p is not None},
                       "slow": [t for t, p in found.items() if p is None]}))
 out.flush()
 '''.replace("CALL_S", repr(CALL_S)).replace("ITEM_SLACK_S", repr(ITEM_SLACK_S)) \
-    .replace("TASK_S", repr(TASK_S)) \
-    .replace("TWIN_FRACTION", repr(TWIN_FRACTION)).replace("MIN_AGREEING", repr(MIN_AGREEING)) \
-    .replace("MIN_DISTINCT", repr(MIN_DISTINCT)).replace("MAX_PERMUTED", repr(MAX_PERMUTED)) \
-    .replace("MAX_LABELS", repr(MAX_LABELS)) \
-    .replace("REL_TOL", repr(REL_TOL)).replace("ABS_TOL", repr(ABS_TOL)) \
-    .replace("ALLOWED_IMPORTS", repr(sorted(ALLOWED_IMPORTS)))
+    .replace("TASK_S", repr(TASK_S)).replace("RAISE_S", repr(RAISE_S)) \
+    .replace("ALLOWED_IMPORTS", repr(sorted(ALLOWED_IMPORTS))).replace("RULES", RULES)

@@ -164,9 +164,11 @@ def test_one_task_that_keeps_the_solutions_busy_leaves_the_rest_of_its_chunk_che
     """Calls just under CALL_S that raise (an item stops early on wrong answers, not on raises)
     outlasted the chunk's whole budget: the run failed twice and every task of the chunk, a
     verbatim HumanEval/13 here, was rejected as sandbox_error (red-team s24). Now the busy task
-    alone is left unchecked, once it has spent its allowance."""
-    busy = tuple(HeldOut(f"H/busy{i}", "import time\ndef g(*a):\n    if max(a) > 10 ** 6:\n"
-                         "        time.sleep(0.03)\n    raise ValueError\n", "g")
+    alone is left unchecked, once it has spent its allowance. (Raising calls may take RAISE_S
+    a problem and task since red-team s25 F3, so these answer: right on all but the last
+    four examples.)"""
+    busy = tuple(HeldOut(f"H/busy{i}", "import time\ndef g(a, b, c):\n    time.sleep(0.03)\n"
+                         "    return a - b * c + a % 7 if b < 8 else 0\n", "g")
                  for i in range(8))
     big = proposal("def spread(a: int, b: int, c: int) -> int:\n    return a - b * c + a % 7\n",
                    "\n".join(f"spread({10 ** 7 + 7919 * i}, {i}, {i + 2})" for i in range(13)))

@@ -1,0 +1,176 @@
+"""Copies under a one-line change of the answer or of the call are twins (red-team s25 F1).
+
+Each was admitted before: the validation solution's body verbatim with its answer shifted,
+scaled, negated, wrapped, paired with a by-product or printed in a sentence; its two arguments
+written into one text; a defaulted extra parameter one call passes; two problems on a mode
+flag; a bool problem answering 1/0 beside one input it raises on; and the same changes of a
+seed's answer against the known run."""
+
+import pytest
+
+from spade_ray.execution.canonical import example
+from spade_ray.records import TaskFamily
+from spade_ray.tasks.admission import AdmissionConfig, admit
+from spade_ray.tasks.decontamination import HeldOut, twins
+from spade_ray.tasks.seeds import load_seed_proposals
+from tests.tasks.test_decontamination import HUMANEVAL, LIMITS, problem, proposal
+
+AUGMENTED = AdmissionConfig(augment_inputs=8)  # as the gemma configs admit generated tasks
+HE18 = ("def {name}(string: str, substring: str{extra}):\n    times = 0\n"
+        "    for i in range({start}len(string) - len(substring) + 1):\n"
+        "        if string[i:i+len(substring)] == substring:\n            times += 1\n"
+        "    return {ret}\n")  # HumanEval/18's body
+IN18 = [("abcabcab", "ab"), ("aaaa", "aa"), ("xyz", "q"), ("banana", "ana"),
+        ("mississippi", "ss"), ("cacacac", "cac"), ("hello world", "o"), ("zzzzzz", "z")]
+
+
+def calls(name: str, inputs) -> str:
+    return "\n".join(f"{name}({', '.join(map(repr, args))})" for args in inputs)
+
+
+def reason(sandbox, p, held=(), known=(), config=AUGMENTED) -> str:
+    (v,) = admit([p], [TaskFamily.CODEGEN], ["text"], sandbox, LIMITS, config, held_out=held,
+                 known=known)
+    return v.reason
+
+
+@pytest.mark.parametrize("ret", ["times + 1", "3 * times", "-times", "[times]",
+                                 "(times, len(string))", "'found ' + str(times)",
+                                 "str(times) + ' found'"])
+def test_a_validation_answer_changed_in_one_line_is_a_twin(sandbox, ret):
+    copy = proposal(HE18.format(name="count_overlapping", extra="", start="", ret=ret),
+                    calls("count_overlapping", IN18), "Count the occurrences, overlaps included.")
+    assert reason(sandbox, copy) == ""
+    assert reason(sandbox, copy, (problem("HumanEval/18"),)) == "validation_twin:HumanEval/18"
+
+
+def test_arguments_written_into_one_text_hide_no_twin(sandbox):
+    copy = proposal("def count_overlapping(query: str) -> int:\n"
+                    "    string, substring = query.split('|')\n"
+                    + HE18.split(":\n", 1)[1].format(start="", ret="times"),
+                    calls("count_overlapping", [("|".join(p),) for p in IN18]))
+    assert reason(sandbox, copy, (problem("HumanEval/18"),)) == "validation_twin:HumanEval/18"
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_a_defaulted_parameter_one_call_passes_hides_no_twin(sandbox, swap):
+    """The calls had two arities: no other mapping was tried, and HumanEval/18's signature did
+    not bind three arguments, so it was skipped on every mapping."""
+    inputs = [(b, a) if swap else (a, b) for a, b in IN18[:-1]] + \
+        [("z", "zzzzzz", 0) if swap else ("zzzzzz", "z", 0)]
+    body = HE18.format(name="occurrences", extra=", start: int = 0", start="start, ",
+                       ret="times")
+    if swap:
+        body = body.replace("string: str, substring: str", "substring: str, string: str")
+    copy = proposal(body, calls("occurrences", inputs))
+    assert reason(sandbox, copy, (problem("HumanEval/18"),)) == "validation_twin:HumanEval/18"
+
+
+def test_two_problems_on_a_mode_flag_are_each_a_twin(sandbox):
+    """HumanEval/13 (gcd) and /49 (2^n mod p) on one flag, all ints: each problem answers
+    every example and agreed on about half."""
+    dual = proposal("def dual(mode: int, a: int, b: int) -> int:\n    if mode == 0:\n"
+                    "        while b:\n            a, b = b, a % b\n        return a\n"
+                    "    ret = 1\n    for i in range(a):\n        ret = (2 * ret) % b\n"
+                    "    return ret\n",
+                    calls("dual", [(0, 48, 18), (1, 3, 5), (0, 100, 75), (1, 1101, 101),
+                                   (0, 17, 5), (1, 10, 7), (0, 144, 60), (1, 100, 101),
+                                   (0, 81, 27), (1, 31, 13), (0, 210, 49), (1, 20, 11)]))
+    assert reason(sandbox, dual) == ""
+    assert reason(sandbox, dual, (problem("HumanEval/13"),)) == "validation_twin:HumanEval/13"
+    assert reason(sandbox, dual, (problem("HumanEval/49"),)) == "validation_twin:HumanEval/49"
+
+
+@pytest.mark.parametrize("yes, no", [("1", "0"), ("'up or down'", "'both'")])
+def test_a_relabelled_bool_copy_with_an_input_the_problem_raises_on_is_a_twin(sandbox, yes, no):
+    """One input outside HumanEval/57's domain (None, which the copy guards) switched s24 H3's
+    relabel rule off."""
+    copy = proposal(f"def one_direction(l) -> int:\n    if l is None:\n        return {no}\n"
+                    f"    if l == sorted(l) or l == sorted(l, reverse=True):\n"
+                    f"        return {yes}\n    return {no}\n",
+                    calls("one_direction", [(xs,) for xs in (
+                        [1, 2, 4, 10], [1, 2, 4, 20], [1, 20, 4, 10], [4, 1, 0, -10],
+                        [4, 1, 1, 0], [1, 2, 3, 2, 5, 60], [9, 9, 9, 9], [3, 1, 2], None)]))
+    assert reason(sandbox, copy, (problem("HumanEval/57"),)) == "validation_twin:HumanEval/57"
+
+
+COLLATZ = ("def hailstone_length(n: int) -> int:\n    steps = 0\n    while n != 1:\n"
+           "        n = n // 2 if n % 2 == 0 else 3 * n + 1\n        steps += 1\n"
+           "    return {ret}\n", [(n,) for n in (1, 2, 6, 7, 27, 9, 12)], "collatz_steps")
+KADANE = ("def best_run(xs: list) -> int:\n    if not xs:\n        return 0\n"
+          "    best = current = xs[0]\n    for x in xs[1:]:\n"
+          "        current = max(x, current + x)\n        best = max(best, current)\n"
+          "    return {ret}\n", [([-2, 1, -3, 4, -1, 2, 1, -5, 4],), ([-3, -1, -2],), ([5],),
+                                ([2, -1, 2],), ([1, 2, 3],), ([4, -9, 6, 1],)],
+          "max_subarray_sum")
+
+
+@pytest.mark.parametrize("seed, ret", [(COLLATZ, "steps + 1"), (COLLATZ, "(steps, n)"),
+                                       (KADANE, "2 * best"), (KADANE, "[best]")])
+def test_a_seed_answer_changed_in_one_line_is_a_known_twin(sandbox, seed, ret):
+    body, inputs, name = seed
+    (original,) = [p for _, p in load_seed_proposals() if p.entry_point == name]
+    known = (HeldOut(f"seed/{name}", original.reference, original.entry_point),)
+    copy = proposal(body.format(ret=ret), calls(body[4:body.index("(")], inputs),
+                    "Walk the sequence and report the figure.")
+    assert reason(sandbox, copy) == ""
+    assert reason(sandbox, copy, known=known) == "known_twin"
+
+
+HONEST = [  # the red-team scripts' honest tasks: still admitted against all of HumanEval
+    ("def interleave(a: str, b: str, fill: str) -> str:\n    n = max(len(a), len(b))\n"
+     "    a, b = a.ljust(n, fill), b.ljust(n, fill)\n"
+     "    return ''.join(x + y for x, y in zip(a, b))\n",
+     "interleave('abc', 'xy', '-')\ninterleave('', 'hey', '.')\ninterleave('long', 's', '*')\n"
+     "interleave('pq', 'rs', '_')\ninterleave('a', 'bcdef', '+')\ninterleave('mn', '', '=')"),
+    ("def frame(word: str, left: str, right: str) -> str:\n    if len(word) % 2:\n"
+     "        return left + word[::-1] + right\n    return left * 2 + word.upper() + right\n",
+     "frame('abc', '<', '>')\nframe('ab', '[', ']')\nframe('hello', '(', ')')\n"
+     "frame('', '{', '}')\nframe('xyzw', '/', '+')\nframe('q', '|', '|')"),
+    ("def squares(xs: list) -> list:\n    out = []\n    for x in xs:\n"
+     "        out.append(x * x)\n    return out\n",
+     "squares([1, 2, 3])\nsquares([])\nsquares([-4, 5])\nsquares([7])\nsquares([0, 0, 9])"),
+    ("def digit_count(n: int) -> int:\n    count = 0\n    while n > 0:\n"
+     "        n //= 10\n        count += 1\n    return count\n",
+     "digit_count(7)\ndigit_count(123)\ndigit_count(4567)\ndigit_count(98765)\n"
+     "digit_count(10)\ndigit_count(100200300)"),
+    ("def tag_count(text: str, mode: int) -> str:\n    if mode == 0:\n"
+     "        return 'words: ' + str(len(text.split()))\n"
+     "    return 'letters: ' + str(sum(c.isalpha() for c in text))\n",
+     "tag_count('a b c', 0)\ntag_count('hello there', 1)\ntag_count('one', 0)\n"
+     "tag_count('x y z w v', 0)\ntag_count('abc def', 1)\ntag_count('', 0)\n"
+     "tag_count('q r', 1)\ntag_count('lots of words here now', 0)"),
+]
+
+
+@pytest.mark.parametrize("body, inputs", HONEST)
+def test_honest_tasks_are_no_twins_of_humaneval(sandbox, body, inputs):
+    assert reason(sandbox, proposal(body, inputs), HUMANEVAL) == ""
+
+
+@pytest.mark.parametrize("slow", [[10000019], [10000019, 20000003]])
+def test_a_copy_with_a_slow_example_or_two_is_a_twin(sandbox, slow):
+    """An efficient is_prime plus one input on which HumanEval/31's loop to n is slower than
+    CALL_S was admitted: a Late ended the mapping as no twin (red-team s25)."""
+    copy = proposal("def is_prime(n: int) -> bool:\n    if n < 2:\n        return False\n"
+                    "    k = 2\n    while k * k <= n:\n        if n % k == 0:\n"
+                    "            return False\n        k += 1\n    return True\n",
+                    calls("is_prime", [(n,) for n in [6, 101, 11, 13441, 61, 4, 1, 5, 17, 85,
+                                                      77] + slow]),
+                    "Return whether n is prime.")
+    assert reason(sandbox, copy, (problem("HumanEval/31"),)) == "validation_twin:HumanEval/31"
+
+
+# What the default model wrote in a make run (s24, round 2): bisect_right, with the examples
+# admission gave it (augment_inputs=8). HumanEval/76's is_simple_power(x, n), called (x, xs),
+# raises on 3 of them and answers the other 9 True exactly where the index is 1.
+FIRST_GREATER = [(([1, 2, 2, 3], 2), 3), (([1, 2, 3], -1), 0), (([1, 2, 3], 2), 2),
+                 (([1, 2, 3], 1), 1), (([1, 2, 2, 3], 4), 4), (([1, 2, 2, 3], 0), 0),
+                 (([1, 3], 1), 1), (([2, 1, 2, 3], 2), 3), (([2, 3], -1), 0),
+                 (([1, 2, 3], 0), 0), (([1, 2, 2, 3], 1), 1), (([1, 2, 3], -2), 0)]
+
+
+def test_a_problem_answering_a_few_examples_by_accident_makes_no_twin(sandbox):
+    examples = [example(args, out) for args, out in FIRST_GREATER]
+    check = twins([examples], (problem("HumanEval/76"),), sandbox, LIMITS)
+    assert check.found == (None,) and not check.slow[0]
