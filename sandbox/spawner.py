@@ -78,23 +78,23 @@ class Spawner:
     def end_run(self, timeout_s):
         """Kill the run's processes and reap them: [(pid, status, cpu_s, max_rss_kb)], or None
         if the spawner did not kill them within `timeout_s` (stopped or killed by the run)."""
-        try:
+        try:  # a dead spawner's socket answers EPIPE, ECONNRESET or end of stream
             os.kill(self.pid, signal.SIGCONT)
             self.sock.send(b"K")
+            if not _ready(self.sock, timeout_s) or self.sock.recv(1) != KILLED:
+                return None
+            records = []
+            while True:  # every process is dying now: nothing can stop us any more
+                message = self.sock.recv(RECORD.size * RECORDS_PER_MESSAGE)
+                if message == DONE:
+                    return records
+                if not message or len(message) % RECORD.size:
+                    return None
+                for pid, status, usage in RECORD.iter_unpack(message):
+                    us, uus, ss, sus, rss = _FIGURES.unpack_from(usage)
+                    records.append((pid, status, us + ss + (uus + sus) / 1e6, rss))
         except OSError:
             return None
-        if not _ready(self.sock, timeout_s) or self.sock.recv(1) != KILLED:
-            return None
-        records = []
-        while True:  # every process is dying now: nothing can stop us any more
-            message = self.sock.recv(RECORD.size * RECORDS_PER_MESSAGE)
-            if message == DONE:
-                return records
-            if not message or len(message) % RECORD.size:
-                return None
-            for pid, status, usage in RECORD.iter_unpack(message):
-                us, uus, ss, sus, rss = _FIGURES.unpack_from(usage)
-                records.append((pid, status, us + ss + (uus + sus) / 1e6, rss))
 
 
 def _ready(sock, timeout_s):
