@@ -220,7 +220,7 @@ def serve_one(req, tests, spares, forker):
     start = time.monotonic()
     pump.pump(run, spares, start, stdin_data, forker)
     wall_s = time.monotonic() - start
-    return _finish(run, wall_s, limits, forker.pid), run
+    return _finish(run, wall_s, limits), run
 
 
 def _hand_over(fd, obj, *raw):
@@ -234,12 +234,12 @@ def _hand_over(fd, obj, *raw):
         os.close(fd)
 
 
-def _finish(run, wall_s, limits, spawner_pid):
+def _finish(run, wall_s, limits):
     cap = limits["max_output_bytes"]
     truncated = len(run.out) + len(run.err) > cap
     out = bytes(run.out[:cap])
     err = bytes(run.err[: max(0, cap - len(out))])
-    survivors = pump.live_pids(spawner_pid)
+    survivors = pump.live_pids(run.spawner_pid)
     cleanup.collect_unix_garbage()
     jail_changed = _jail_changed(run.spawner_lost)
     cleanup_error = (cleanup.clear_work_dir(WORK_DIR, WORK_DIR_ATTRIBUTES)

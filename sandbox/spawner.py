@@ -10,7 +10,7 @@ server forks one process before its first request, the spawner, which never sees
 a reply, and the spawner forks every run's spares: each candidate starts from memory that no
 run has touched.
 
-The spawner takes three commands over a unix socket (SOCK_SEQPACKET, one message each):
+The spawner takes two commands over a unix socket (SOCK_SEQPACKET, one message each):
   F + the spares' pipe ends (SCM_RIGHTS)   fork the grader and the candidate; reply their pids
   K                                        kill every process of the jail but the server and
                                            us (kill(-1): it spares PID 1), reply "k", then
