@@ -12,11 +12,11 @@ rate p on it (K candidates):
 
 Both give nothing for a task nobody solves or everybody solves: neither teaches the solver, and
 nothing for a task whose candidates split between the right answer and one or two others, each
-given twice or more (`two_answers`): which of two or three answers is right decided their
-verdicts, which is what a guess the solver cannot compute looks like (`n * n + bit`, a bit from
-a scrambled seed; `xs[h % 3]`: admission's guesses model some readable parts, this needs none),
-nor for a predict task whose answers are three or more items of one argument (`item_guess`:
-`xs[h % 5]`).
+given twice or more, or among more such others, none much rarer than the right one
+(`two_answers`): which of several answers is right decided their verdicts, which is what a
+guess the solver cannot compute looks like (`n * n + bit`, a bit from a scrambled seed;
+`xs[h % 3]`: admission's guesses model some readable parts, this needs none), nor for a
+predict task whose answers are three or more items of one argument (`item_guess`: `xs[h % 5]`).
 A program's answer is its verdict on each example (`behaviour`): a description with two
 readings that only hidden examples tell apart is a coin flip too. An honest question with one
 or two common traps looks the same and loses its band reward too: the price of never paying
@@ -55,6 +55,9 @@ from spade_ray.tracking import GeneratorInput
 
 INVALID_REWARD = -1.0  # not a new program: unparsable, or a copy
 REJECTED_REWARD = -0.5  # a new program that admission rejected
+# two_answers: with three or more repeated wrong answers, a guess unless the right answer is
+# given more than this many times as often as the most common wrong one
+MANY_READINGS_RATIO = 1.5
 
 
 class GeneratorReward(enum.StrEnum):
@@ -99,12 +102,18 @@ def two_answers(answers: Sequence[str | None], passed: Sequence[bool]) -> bool:
     where no reader computes h, paid its generator 0.51 and 0.36 at K = 4, 0.70 and 0.59 at
     K = 8, in shapes admission's guesses do not model). Wrong draws given once, and those that
     read nothing, are noise around the guess: when every wrong draw had to be one of the two
-    (pass 11's rule), one stray draw in five paid those guesses 0.29-0.75 again (pass 12)."""
+    (pass 11's rule), one stray draw in five paid those guesses 0.29-0.75 again (pass 12).
+    Three or more repeated wrong answers are a guess too when the right one is no more common
+    than 1.5 times the most common of them (`MANY_READINGS_RATIO`): a guesser's draws spread
+    evenly over its readings, where a solver that computes the task is right more often than it
+    falls into any one trap (red-team pass 13: `n * n + h % 4`, one of four orderings, or four
+    readings of "the centre" that fail different hidden examples paid 0.33-0.40 at K = 8)."""
     wrong = collections.Counter(_value(a) for a, ok in zip(answers, passed)
                                 if not ok and a is not None)
     repeated = [n for n in wrong.values() if n >= 2]
-    return (any(passed) and 1 <= len(repeated) <= 2
-            and 2 * sum(repeated) >= sum(not ok for ok in passed))
+    right = sum(passed)
+    return (right > 0 and bool(repeated) and 2 * sum(repeated) >= len(passed) - right
+            and (len(repeated) <= 2 or right <= MANY_READINGS_RATIO * max(repeated)))
 
 
 def item_guess(answers: Sequence[str | None], items: Sequence[frozenset[str]]) -> bool:

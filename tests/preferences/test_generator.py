@@ -45,7 +45,13 @@ def test_text_that_is_no_new_program_gets_the_lowest_reward():
     (["x y", "x y", "5", "5"], [False, False, True, True], True),  # the same text, not data
     # a guess among three (red-team pass 11: xs[h % 3]), each wrong answer given twice or more
     (["44", "19", "19", "2", "2", "2"], [True, False, False, False, False, False], True),
-    (["44", "19", "19", "2", "2", "7", "7"], [True] + [False] * 6, False),  # three others
+    # ... or among four or more (red-team pass 13: n * n + h % 4 paid 0.33-0.40 at K = 8):
+    # three repeated wrong answers, the right one no more common than 1.5x the commonest
+    (["44", "19", "19", "2", "2", "7", "7"], [True] + [False] * 6, True),
+    (["44", "44", "19", "19", "2", "2", "7", "7"], [True] * 2 + [False] * 6, True),
+    (["44"] * 3 + ["19", "19", "2", "2", "7", "7"], [True] * 3 + [False] * 6, True),
+    # a solver that computes it is right more often than it falls into any one trap
+    (["44"] * 4 + ["19", "19", "2", "2", "7", "7"], [True] * 4 + [False] * 6, False),
     # ... and a stray draw does not hide it (red-team pass 12: one stray draw in five paid
     # those guesses 0.29-0.75): others given once, or programs that read nothing (None),
     # are noise while the repeated ones hold half the wrong draws
