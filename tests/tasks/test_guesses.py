@@ -207,3 +207,22 @@ def test_the_examples_a_description_states_are_found():
     # with augment_inputs 0, and a table copied from the prompt passed every example)
     assert stated("57 is what mix(67) gives.", examples) == [0]
     assert stated("For the inputs 67, 305 and 7 the answers are 57, 74 and 3.", examples) == [0, 1]
+
+
+@pytest.mark.parametrize("description", [
+    "Checks: spread([8,2,6,5],1)=49, spread([2,5,2,5],6)=34.",  # no spaces
+    "Table (xs; k; result): 8 2 6 5; 1; 49 | 2 5 2 5; 6; 34.",  # a table
+    "spread(xs=[8, 2, 6, 5], k=1) -> 49 and spread(xs=[2, 5, 2, 5], k=6) -> 34",  # keywords
+    "[8 2 6 5] with 1 is 49; [2 5 2 5] with 6 is 34",  # words between
+    "49 <- (8, 2, 6, 5), 1 and 34 <- (2, 5, 2, 5), 6",  # the output first
+])
+def test_examples_in_any_spelling_are_stated(description):
+    """Red-team pass 13 (F6): the description carried the hidden examples in spellings other
+    than Python's (no spaces, a table), and with augment_inputs 0 a table copied from the
+    prompt passed every example."""
+    examples = [canonical.example(([8, 2, 6, 5], 1), 49), canonical.example(([7], 3), 1),
+                canonical.example(([2, 5, 2, 5], 6), 34), canonical.example((["go up"], 2), 5)]
+    assert stated(description, examples) == [0, 2]
+    assert stated("Spread the list xs by k: 1 is the least k, 2 5 8 the usual ones.",
+                  examples) == []
+    assert stated("Count: 'go up', 2 gives 5.", examples) == [3]
