@@ -103,6 +103,7 @@ def candidate_main(fds, join_fds, streams):
         os.close(ANSWERS_FD)
     set_limits(req["limits"], req["rlimit_nproc"], req["address_space_mb"],
                req["shares_memory_cgroup"])
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any Python program
     os._exit(run_candidate(req["code"], serve=req["grade"]))
 
 
@@ -120,7 +121,14 @@ def join_cgroup(join_fds, joined_w):
 
 def grader_main(fds):
     """Set up the forked grader, wait for its settings and tests (the server's spare until
-    then) and run them. Never returns."""
+    then) and run them. Never returns.
+
+    The candidate has our uid and can signal us: SIGINT, which Python would raise as
+    KeyboardInterrupt wherever we are (a call interrupted after its request left, and the next
+    example was graded on the answer to the last one: red-team pass 14), is ignored until the
+    tests start and then only noted (grader.main). Any other signal ends us, and the check
+    with us (protocol.grader_report notes how)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     devnull = os.open("/dev/null", os.O_RDWR)
     install_fds({0: devnull, 1: devnull, 2: devnull, grader.REPORT_FD: fds["report_w"],
                  grader.REPLY_FD: fds["answers_r"], grader.CALL_FD: fds["calls_w"],
@@ -136,7 +144,6 @@ def grader_main(fds):
 
 
 def set_limits(limits, rlimit_nproc, address_space_mb, shares_memory_cgroup):
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     if shares_memory_cgroup:  # with the server (Docker): the OOM killer must pick the candidate
         prctl(PR_SET_DUMPABLE, 1)  # our /proc files back to our uid, to write oom_score_adj
         try:

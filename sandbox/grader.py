@@ -38,6 +38,7 @@ import builtins
 import json
 import os
 import select
+import signal
 import struct
 import time
 import types
@@ -51,6 +52,12 @@ MESSAGE_CHARS = 300
 # Suspicious only if the candidate then exited with status 0 (the host knows): a program that
 # crashes mid-test is merely wrong, one that exits "successfully" mid-test is dodging the tests.
 ENDED = "the candidate process ended during the tests"
+# An example's answer may be this many times as long as its expected result's text, plus the
+# slack, as canonical text: an equal value's text is as long but for its floats' spelling,
+# each at most 2.8 times longer (0x0p+0 against -0x1.fffffffffffffp+1023), within a tolerance.
+ANSWER_SIZE_RATIO = 4
+ANSWER_SLACK_BYTES = 64 * 1024
+SIGNALLED = "the grader was sent SIGINT"  # by the candidate: nothing else in the jail does
 
 
 class CandidateGone(BaseException):
@@ -59,6 +66,11 @@ class CandidateGone(BaseException):
 
 class CandidateException(Exception):
     """The candidate raised an exception that is not one of Python's builtin ones."""
+
+
+class AnswerTooLarge(AssertionError):
+    """An example's answer far longer than its expected result: a wrong one, and one we do
+    not keep (`_answers`)."""
 
 
 class NotPlainResult(BaseException):
@@ -73,7 +85,9 @@ class Link:
         self.gone = ""
         self.suspicion = []
 
-    def call(self, name, args, kwargs):
+    def call(self, name, args, kwargs, most_bytes=None):
+        """The candidate's answer to one call, as data; `most_bytes`: an answer whose text is
+        longer is a wrong one (AnswerTooLarge), never decoded."""
         if self.gone:
             raise CandidateGone(self.gone)
         try:
@@ -89,6 +103,10 @@ class Link:
             self._lose(ENDED)
         if select.select([REPLY_FD], [], [], 0)[0]:  # more than the one answer we asked for
             self.note("sent answers before it was asked")
+        if most_bytes is not None and len(reply) > most_bytes:
+            self.seq += 1
+            raise AnswerTooLarge(f"an answer of {len(reply)} bytes, over the {most_bytes} "
+                                 "its expected result allows")
         try:
             answer = canonical.decode(reply)
         except canonical.NotPlainData as e:
@@ -265,15 +283,20 @@ def _answers(link, entry, examples):
     world-readable): an expected result decoded before its call told the size of the answer it
     was about to give (1.1 ms for "a", 16-18 ms for 4 MB), and a comparison between two calls
     whether the last answer was right (a failure's path cost 3-8 us more: 66-73% right per
-    example, red-team s24)."""
+    example, red-team s24). Kept until then, the answers are bounded by their expected
+    results' size (`ANSWER_SIZE_RATIO`): on the local backend this process is outside the
+    run's memory cgroup, and a candidate answering 15 MB to each of 12 examples grew it to
+    182 MB under a 128 MB limit (red-team pass 14, R2)."""
     out = []
-    for args_text, _ in examples:
+    for args_text, expected_text in examples:
         start = time.perf_counter()
+        most = ANSWER_SIZE_RATIO * len(expected_text) + ANSWER_SLACK_BYTES
         try:
-            out.append((link.call(entry, canonical.decode(args_text), {}), None,
+            out.append((link.call(entry, canonical.decode(args_text), {}, most), None,
                         time.perf_counter() - start))
         except BaseException as e:  # noqa: BLE001 - raised again in its turn (_compare)
-            out.append((None, e, time.perf_counter() - start))
+            # without its frames, which hold the answer (a too large one's text included)
+            out.append((None, e.with_traceback(None), time.perf_counter() - start))
     return out
 
 
@@ -321,6 +344,7 @@ def main(secret):
     try:
         tests = json.loads(secret)
         link = Link()
+        signal.signal(signal.SIGINT, lambda *_: link.note(SIGNALLED))  # child.grader_main
         outcomes = grade(tests, link)
         report = {"nonce": tests["nonce"], "outcomes": outcomes, "suspicion": link.suspicion}
         write_all(REPORT_FD, json.dumps(report).encode("utf-8"))

@@ -89,6 +89,7 @@ WORK_DIR = child.WORK_DIR
 SITE_DIR = "/opt/spade-sandbox/site"  # whitelisted packages, bound read-only by the host
 REPORT_CAP_BYTES = 4 * 1024 * 1024  # a grader report: outcomes with 300-character messages
 CONTROL_CAP_BYTES = 64 * 1024 * 1024  # a request: code (1 MB at most) and stdin (16 MB)
+SPAWNER_LOST = "the run stopped or killed the spawner"  # a jail_changed the host reads as probing
 
 
 def _report_buffer():
@@ -267,7 +268,7 @@ def _jail_changed(spawner_lost):
     host then recycles the jail, and the run's own result stands. Measured before emptying /work
     (the probe needs no room a run could have taken after it)."""
     if spawner_lost:
-        return "the run stopped or killed the spawner"
+        return SPAWNER_LOST
     try:
         now = cleanup.jail_state(WORK_DIR)
     except OSError:

@@ -18,6 +18,9 @@ CPU_POLL_S = 0.05
 # How long the spawner may take to kill a run's processes after we asked: it does at once unless
 # the run stopped or killed it (then we kill everything ourselves, the spawner too).
 KILL_WAIT_S = 0.5
+# ... and each message of the records after the kill: generous, since a late record of a slow
+# but honest run is lost for good once we give up (the candidate's exit status with it)
+RECORDS_WAIT_S = 5.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -55,13 +58,14 @@ class Run:
 
 
 def end(run, spawner, candidate_pid):
-    """Kill every process of the run and reap it, through the spawner; if it does not answer,
-    ourselves (`run.spawner_lost`: the host then starts a fresh jail)."""
-    records = spawner.end_run(KILL_WAIT_S)
-    if records is None:
+    """Kill every process of the run and reap it, through the spawner; if it does not finish,
+    ourselves (`run.spawner_lost`: the host then starts a fresh jail, and reads a candidate
+    whose exit status the spawner took with it as the run's own failure)."""
+    records, finished = spawner.end_run(KILL_WAIT_S, RECORDS_WAIT_S)
+    if not finished:
         run.spawner_lost = True
         kill_all()
-        records = reap_all()
+        records += reap_all()
     for record in records:
         run.account(*record, candidate_pid)
 

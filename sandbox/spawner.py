@@ -75,26 +75,30 @@ class Spawner:
             raise OSError("the spawner ended instead of forking the spares")
         return PIDS.unpack(reply)
 
-    def end_run(self, timeout_s):
-        """Kill the run's processes and reap them: [(pid, status, cpu_s, max_rss_kb)], or None
-        if the spawner did not kill them within `timeout_s` (stopped or killed by the run)."""
+    def end_run(self, kill_s, records_s):
+        """Kill the run's processes and reap them: ([(pid, status, cpu_s, max_rss_kb)], whether
+        the spawner finished), unfinished if it did not answer the kill within `kill_s` or
+        any message of the records after it within `records_s` (stopped or killed by the run:
+        a process in the middle of signalling it when the kill came can still do it), with the
+        records it sent before."""
+        records = []
         try:  # a dead spawner's socket answers EPIPE, ECONNRESET or end of stream
             os.kill(self.pid, signal.SIGCONT)
             self.sock.send(b"K")
-            if not _ready(self.sock, timeout_s) or self.sock.recv(1) != KILLED:
-                return None
-            records = []
-            while True:  # every process is dying now: nothing can stop us any more
+            if not _ready(self.sock, kill_s) or self.sock.recv(1) != KILLED:
+                return records, False
+            while _ready(self.sock, records_s):
                 message = self.sock.recv(RECORD.size * RECORDS_PER_MESSAGE)
                 if message == DONE:
-                    return records
+                    return records, True
                 if not message or len(message) % RECORD.size:
-                    return None
+                    break
                 for pid, status, usage in RECORD.iter_unpack(message):
                     us, uus, ss, sus, rss = _FIGURES.unpack_from(usage)
                     records.append((pid, status, us + ss + (uus + sus) / 1e6, rss))
         except OSError:
-            return None
+            pass
+        return records, False
 
 
 def _ready(sock, timeout_s):

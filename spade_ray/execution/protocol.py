@@ -48,6 +48,7 @@ REPORT_CAP_BYTES = 4 * 1024 * 1024  # harness.py's cap on a grader report
 # a little over), and Docker's count holds the harness's and grader's share too.
 CPU_SLACK_S = 0.1
 CANDIDATE_ENDED = "the candidate process ended during the tests"  # grader.py's ENDED
+SPAWNER_LOST = "the run stopped or killed the spawner"  # harness.py's SPAWNER_LOST
 HOST_GRACE_S = 5.0  # the harness enforces the limits; this only catches a hung harness
 START_TIMEOUT_S = 30.0
 
@@ -147,7 +148,8 @@ def grader_report(request: Request, reply: dict[str, Any], report: bytes | None
                   ) -> dict[str, Any]:
     """{"outcomes": [...], "suspicion": str}: outcomes only if the grader's report is well formed
     and carries this request's nonce (the grader is trusted, but a report cut short by a kill
-    must read as no report); suspicion joins what the grader noticed with how it ended."""
+    must read as no report); suspicion joins what the grader noticed with how it ended, and
+    with what the run did to the jail's own processes (stopped or killed the spawner)."""
     if request.tests is None:
         return {}
     data = _parse_report(report, request.nonce)
@@ -158,6 +160,8 @@ def grader_report(request: Request, reply: dict[str, Any], report: bytes | None
         suspicion.append(f"the grader was killed by {_signal_name(-grader_exit)} during the run")
     elif not data and reply.get("reason") is None and reply.get("exit_code") == 0:
         suspicion.append("the grader sent no report although the program ended normally")
+    if reply.get("jail_changed") == SPAWNER_LOST:
+        suspicion.append(SPAWNER_LOST)
     data["suspicion"] = "; ".join(suspicion)[:1000]
     return data
 
@@ -268,6 +272,8 @@ def classify(reply: dict[str, Any], limits: Limits, measured: Measured) -> tuple
         return ExecStatus.OUTPUT_LIMIT, f"output over {limits.max_output_bytes} bytes"
     if code == -signal.SIGXFSZ:
         return ExecStatus.OUTPUT_LIMIT, f"a file grew past {limits.max_file_mb} MB"
+    if code is None and reply.get("jail_changed") == SPAWNER_LOST:  # only a run can do that
+        return ExecStatus.ERROR, f"{SPAWNER_LOST}, which held its exit status"
     if code is None:
         return ExecStatus.SANDBOX_ERROR, "the harness saw no exit status"
     if code == 0:

@@ -86,6 +86,11 @@ def compile_filter(machine: str | None = None, profile: Path = PROFILE) -> bytes
         program += [(BPF_JEQ_K, 0, f"no {name}", numbers[name]),
                     (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 8 * index),
                     (BPF_JSET_K, "eperm", "allow", flags), ("label", f"no {name}")]
+    for name, (index, values) in spec["denied_values"].items():  # any of `values`: refused
+        program += [(BPF_JEQ_K, 0, f"no {name} value", numbers[name]),
+                    (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 8 * index),
+                    *((BPF_JEQ_K, "eperm", 0, value) for value in values),
+                    (BPF_RET_K, 0, 0, RET_ALLOW), ("label", f"no {name} value")]
     program += [(BPF_JEQ_K, "enosys", 0, numbers["clone3"]),
                 (BPF_JEQ_K, 0, "allow", numbers["clone"]),
                 (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
@@ -130,6 +135,9 @@ def docker_profile(profile: Path = PROFILE) -> str:
                "args": [{"index": index, "value": flags, "valueTwo": flags,
                          "op": "SCMP_CMP_MASKED_EQ"}]}
               for name, (index, flags) in spec["denied_flags"].items()]
+    rules += [{"names": [name], **errno_rule,
+               "args": [{"index": index, "value": value, "op": "SCMP_CMP_EQ"}]}
+              for name, (index, values) in spec["denied_values"].items() for value in values]
     # Socket families, and the protocols of those that list them: one comparison of an argument
     # per rule (as below, a rule's conditions must all hold; libseccomp takes one per argument).
     families = spec["socket_families"]

@@ -5,7 +5,8 @@ cache) carried that to its next run: a program holding no answers passed HumanEv
 a few runs (red-team s25 Q2, F1). The grader now records each assert and decides after the last
 call (sandbox/recording.py)."""
 
-from spade_ray.records import ExecStatus, TestSuite
+from spade_ray.execution.canonical import example
+from spade_ray.records import ExecStatus, TestSuite, Verdict
 
 # Prints every call it gets; its answer to 1 is right only if RIGHT.
 LOGS_ITS_CALLS = """
@@ -79,3 +80,30 @@ def test_the_rewrite_keeps_what_honest_test_code_means(sandbox):
     outcomes = sandbox.check(program, A_MESSAGE_THAT_RAISES).outcomes
     assert [(o.outcome.value, o.message) for o in outcomes] == [
         ("error", "TypeError: object of type 'int' has no len()")]
+
+
+def test_an_answer_far_larger_than_the_expected_one_is_wrong_and_not_kept(sandbox):
+    """The grader keeps every example's answer until the last call, and on the local backend it
+    is outside the run's memory cgroup: 15 MB answered to each of 12 examples grew it to 182 MB
+    under a 128 MB limit (red-team pass 14, R2). An answer over 4x its expected result's text
+    (plus 64 KB) fails its example unread, and the grader keeps none of it (the candidate reads
+    the grader's resident memory at every call); a long right answer passes."""
+    suite = TestSuite(entry_point="f", examples=tuple(
+        example((i,), "x" * 70_000 if i == 0 else i) for i in range(8)))
+    big = sandbox.check("""
+import os
+def grader_rss_mb():
+    mine = {1, os.getpid(), os.getppid()}
+    (pid,) = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in mine]
+    with open(f"/proc/{pid}/status") as f:
+        return [int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS")][0]
+def f(i):
+    print(grader_rss_mb())
+    return 'y' * (15 << 20) if i else 'x' * 70_000
+""", suite)
+    assert [o.outcome for o in big.outcomes] == [Verdict.PASSED] + [Verdict.FAILED] * 7, big
+    assert all("bytes, over the" in o.message for o in big.outcomes[1:])
+    rss = [int(line) for line in big.execution.stdout.split()]
+    assert len(rss) == 8 and max(rss) < rss[1] + 20, rss  # one answer's room at most
+    right = sandbox.check("def f(i):\n    return 'x' * 70_000 if i == 0 else i\n", suite)
+    assert right.passed, right

@@ -3,7 +3,7 @@ not (a monitoring signal: the verdict of either is a failure)."""
 
 import pytest
 
-from tests.execution.canaries import ASSERTS, ATTACKS, WRONG, verdict
+from tests.execution.canaries import ASSERTS, ATTACKS, SHAPES, WRONG, verdict
 
 
 @pytest.mark.parametrize("attack", [
@@ -49,3 +49,31 @@ def test_a_class_that_names_a_standard_module_is_still_flagged(sandbox, disguise
             "def add(a, b):\n    return Anything()\n")
     result, _ = verdict(sandbox, code, ASSERTS)
     assert not result.passed and result.suspicion
+
+
+# The candidate has the grader's uid: it finds it in /proc (neither the server, PID 1, nor its
+# own parent, the spawner) and sends it SIGINT from inside every call, while the grader waits
+# for the answer.
+SIGNAL_THE_GRADER = """
+import os, signal
+def grader():
+    mine = {1, os.getpid(), os.getppid()}
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in mine]
+def add(a, b):
+    for pid in grader():
+        os.kill(pid, signal.SIGINT)
+    return a + b
+"""
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_grader_sent_sigint_notes_it_and_keeps_its_place(sandbox, shape):
+    """Python raised SIGINT in the trusted grader as KeyboardInterrupt: the check errored,
+    unflagged, and an interrupted call left its answer to be read as the next example's
+    (red-team pass 14). The verdict is the trusted comparison's (right answers pass), and the
+    signal is flagged."""
+    result = sandbox.check(SIGNAL_THE_GRADER, SHAPES[shape])
+    assert result.passed, result
+    assert "the grader was sent SIGINT" in result.suspicion
+    wrong = sandbox.check(SIGNAL_THE_GRADER.replace("a + b", "a - b"), SHAPES[shape])
+    assert not wrong.passed and "the grader was sent SIGINT" in wrong.suspicion

@@ -260,6 +260,29 @@ SPAWNER_ATTACKS = {
     "keep_stopping": "import os, signal, threading\nparent = os.getppid()\n"
                      "def stop():\n    while True:\n        os.kill(parent, signal.SIGSTOP)\n"
                      "threading.Thread(target=stop, daemon=True).start()\n",
+    # a file whose SIGIO (F_SETSIG: any signal) goes to the spawner when a helper holding
+    # its pipe dies in the run's kill, after the candidate's exit status was reaped and before
+    # it was sent (red-team pass 14, R1; seccomp now refuses the owner)
+    **{f"sigio_{sig}": textwrap.dedent(f"""
+        import fcntl, os, time
+        spawner, (ready_r, ready_w) = os.getppid(), os.pipe()
+        if os.fork() == 0:
+            ballast = bytearray(40 << 20)
+            for i in range(0, len(ballast), 4096):
+                ballast[i] = 1
+            r, w0 = os.pipe()
+            w = fcntl.fcntl(w0, fcntl.F_DUPFD, 100)
+            try:
+                fcntl.fcntl(r, fcntl.F_SETOWN, spawner)
+                fcntl.fcntl(r, 10, {sig})  # F_SETSIG
+                fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC)
+            except OSError:
+                pass
+            os.write(ready_w, b"1")
+            while True:
+                time.sleep(10)
+        os.read(ready_r, 1)
+        """) for sig in (0, 9, 19)},
 }
 
 
@@ -273,6 +296,8 @@ def test_a_run_that_stops_or_kills_the_spawner_fails_alone(sandbox, attack):
         assert not wrong.passed, wrong.execution
         assert wrong.execution.status in (ExecStatus.OK, ExecStatus.ERROR), wrong.execution
         assert wrong.tests_passed == 0
+        if attack in ("kill", "term", "kill_all"):  # and the run is flagged for it
+            assert "the run stopped or killed the spawner" in wrong.suspicion, wrong
         plain = sandbox.run(SPAWNER_ATTACKS[attack] + "print('alive')\n")
         assert plain.status is ExecStatus.OK and plain.stdout == "alive\n", plain
     if attack != "kill_all":  # which also kills the grader: the check fails

@@ -5,7 +5,7 @@ import signal
 import pytest
 
 from spade_ray.execution.docker_cgroups import memory_counters
-from spade_ray.execution.protocol import Measured, classify
+from spade_ray.execution.protocol import SPAWNER_LOST, Measured, classify
 from spade_ray.records import ExecStatus, Limits
 
 LIMITS = Limits()
@@ -34,6 +34,10 @@ def reply(**overrides):
     ({"exit_code": 3}, Measured(), ExecStatus.ERROR),
     ({"exit_code": -signal.SIGKILL}, Measured(), ExecStatus.KILLED),
     ({"exit_code": None}, Measured(), ExecStatus.SANDBOX_ERROR),
+    # the spawner, lost, took the status with it: only the run's processes can stop or kill it
+    ({"exit_code": None, "jail_changed": SPAWNER_LOST}, Measured(), ExecStatus.ERROR),
+    ({"exit_code": None, "jail_changed": "a socket was left"}, Measured(),
+     ExecStatus.SANDBOX_ERROR),
     ({"exit_code": 0}, Measured(), ExecStatus.OK),
 ])
 def test_classify(fields, measured, status):
