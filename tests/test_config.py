@@ -115,9 +115,23 @@ def test_a_misspelt_learner_parameter_is_refused_before_anything_starts():
         validate_learner({"name": "dpo", "params": {"lora_rnak": 4}})
 
 
-def test_a_bad_learner_parameter_value_is_named():
-    with pytest.raises(ValueError, match="lr must be > 0"):
-        validate_learner({"name": "dpo", "params": {"lr": 0.0}})
+@pytest.mark.parametrize("name, params, message", [
+    ("dpo", {"lr": 0.0}, "lr must be a finite number > 0"),
+    ("dpo", {"lr": float("nan")}, "lr must be a finite number > 0"),
+    # each of these started a run that could only fail at its first update, tens of minutes
+    # in, or trained the wrong way silently (a negative NLL weight trains the chosen side down)
+    ("dpo", {"dpo_loss_type": "bogus"}, r"dpo_loss_type='bogus': use one of \['sigmoid'"),
+    ("dpo", {"beta": 0.0}, "beta must be a finite number > 0"),
+    ("dpo", {"label_smoothing": 0.5}, "label_smoothing must be a finite number >= 0.0 and < 0.5"),
+    ("dpo", {"rpo_alpha": -5.0}, "rpo_alpha must be a finite number >= 0"),
+    ("dpo", {"max_length": 0}, "max_length must be an integer >= 1"),
+    ("dpo", {"warmup_steps": -1}, "warmup_steps must be an integer >= 0"),
+    ("grpo", {"clip_eps": -1.0}, "clip_eps must be a finite number > 0"),
+    ("grpo", {"kl_coef": -1.0}, "kl_coef must be a finite number >= 0"),
+])
+def test_a_bad_learner_parameter_value_is_named(name, params, message):
+    with pytest.raises(ValueError, match=message):
+        validate_learner({"name": name, "params": params})
 
 
 @pytest.mark.parametrize("warmup, message", [
@@ -151,8 +165,8 @@ def test_shipped_learner_configs_validate(path):
     ({"critic": "lroa"}, r"critic='lroa': use one of \['lora', 'head'\]"),
     ({"kl_mode": "penalty"}, r"kl_mode='penalty': use one of \['reward', 'loss'\]"),
     ({"ppo_epochs": 0}, "ppo_epochs must be an integer >= 1"),
-    ({"gae_lambda": 1.5}, r"gae_lambda must lie in \[0, 1\]"),
-    ({"value_clip": 0.0}, "value_clip must be > 0"),
+    ({"gae_lambda": 1.5}, r"gae_lambda must be a finite number >= 0.0 and <= 1.0"),
+    ({"value_clip": 0.0}, "value_clip must be a finite number > 0"),
     ({"critic": "lora", "lora_rank": 0}, "with lora_rank=0 .* use critic='head'"),
     ({"critic": "lora", "activation_checkpointing": True}, "activation_checkpointing"),
 ])

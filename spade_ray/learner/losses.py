@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-DPO_LOSS_TYPES = ("sigmoid", "ipo")
+from spade_ray.records.rounds import DPO_LOSS_TYPES
 
 
 def dpo_loss(policy_chosen_logps: Tensor, policy_rejected_logps: Tensor,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 
 from spade_ray.records.items import CompletionGroup, PreferencePair, Task
 
@@ -168,6 +169,9 @@ class RoundMetrics:
         return self.tasks_valid / self.tasks_proposed if self.tasks_proposed else 0.0
 
 
+DPO_LOSS_TYPES = ("sigmoid", "ipo")  # learner/losses.dpo_loss
+
+
 @dataclasses.dataclass(frozen=True)
 class LearnerParams:
     """How the learner trains (conf/learner/*.yaml `params`): checked when the config is read,
@@ -214,12 +218,23 @@ class LearnerParams:
                 raise ValueError(f"learner {name}={value!r}: use one of "
                                  f"{[str(k) for k in kind]}")
             object.__setattr__(self, name, kind(value))
-        if self.lr <= 0:
-            raise ValueError(f"learner lr must be > 0, got {self.lr}")
-        for name in ("min_pairs_per_update", "micro_batch_size", "grad_accum"):
+        for name, low, high in (("lr", 0.0, None), ("beta", 0.0, None),
+                                ("max_grad_norm", 0.0, None), ("clip_eps", 0.0, None)):
+            _check_number(name, getattr(self, name), above=low, below=high)
+        for name in ("rpo_alpha", "weight_decay", "kl_coef"):
+            _check_number(name, getattr(self, name), at_least=0.0)
+        # 0.5 flips the preference: conservative DPO's smoothing is the chance the label is wrong
+        _check_number("label_smoothing", self.label_smoothing, at_least=0.0, below=0.5)
+        if self.dpo_loss_type not in DPO_LOSS_TYPES:
+            raise ValueError(f"learner dpo_loss_type={self.dpo_loss_type!r}: use one of "
+                             f"{list(DPO_LOSS_TYPES)}")
+        for name in ("min_pairs_per_update", "micro_batch_size", "grad_accum", "max_length"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"learner {name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"learner warmup_steps must be an integer >= 0, got "
+                             f"{self.warmup_steps!r}")
         if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
             raise ValueError(f"learner lora_rank must be an integer >= 0 (0: full fine-tuning), "
                              f"got {self.lora_rank!r}")
@@ -230,14 +245,10 @@ class LearnerParams:
         if not isinstance(self.ppo_epochs, int) or self.ppo_epochs < 1:
             raise ValueError(f"learner ppo_epochs must be an integer >= 1, got "
                              f"{self.ppo_epochs!r}")
-        for name in ("clip_eps", "value_clip", "vf_coef"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"learner {name} must be > 0, got {getattr(self, name)}")
+        for name in ("value_clip", "vf_coef"):
+            _check_number(name, getattr(self, name), above=0.0)
         for name in ("gamma", "gae_lambda"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"learner {name} must lie in [0, 1], got {getattr(self, name)}")
-        if self.kl_coef < 0:
-            raise ValueError(f"learner kl_coef must be >= 0, got {self.kl_coef}")
+            _check_number(name, getattr(self, name), at_least=0.0, at_most=1.0)
         if self.critic is Critic.LORA and self.lora_rank == 0:
             raise ValueError("learner critic='lora' is an adapter on the LoRA policy's base; "
                              "with lora_rank=0 (full fine-tuning) use critic='head'")
@@ -245,6 +256,22 @@ class LearnerParams:
             raise ValueError("learner critic='lora' with activation_checkpointing: backward "
                              "would recompute the critic's layers under the policy's adapter; "
                              "turn one of them off (critic='head' works with it)")
+
+
+def _check_number(name: str, value: object, *, above: float | None = None,
+                  at_least: float | None = None, below: float | None = None,
+                  at_most: float | None = None) -> None:
+    """A learner parameter that must be a finite number within the given bounds."""
+    bounds = [f"> {above}" if above is not None else "", f">= {at_least}"
+              if at_least is not None else "", f"< {below}" if below is not None else "",
+              f"<= {at_most}" if at_most is not None else ""]
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value) and (above is None or value > above)
+          and (at_least is None or value >= at_least) and (below is None or value < below)
+          and (at_most is None or value <= at_most))
+    if not ok:
+        raise ValueError(f"learner {name} must be a finite number "
+                         f"{' and '.join(b for b in bounds if b)}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
