@@ -20,6 +20,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from spade_ray import loop, stages
 from spade_ray.cluster import Cluster, RoleSpec
@@ -51,8 +52,8 @@ from spade_ray.rollout.models import resolve_model
 from spade_ray.tasks import decontamination
 from spade_ray.tasks.seeds import load_seed_tasks
 from spade_ray.tasks.templates import load_prompts
-from spade_ray.tracking.metrics import MetricsSink, summary_table
-from spade_ray.tracking.trace import TraceInUse, TraceStore
+from spade_ray.tracking.metrics import MetricsSink, load_metrics, summary_table
+from spade_ray.tracking.trace import TraceDamaged, TraceInUse, TraceStore
 from spade_ray.training import Gate, Trainer
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -67,10 +68,14 @@ def hydra_main(cfg: DictConfig) -> None:
     sweep_point = hydra_cfg.job.num if hydra_cfg.mode is RunMode.MULTIRUN else None
     try:
         run(cfg, Path(hydra_cfg.runtime.output_dir), sweep_point)
-    except (ConfigError, TraceInUse) as e:  # bad input or a run dir in use: one line, as
-        # cli.py's other commands (not Hydra's dump)
+    except (ConfigError, TraceInUse, TraceDamaged) as e:  # bad input or a run dir in use or
+        # damaged: one line, as cli.py's other commands (not Hydra's dump)
         print(f"spade-ray: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # the trace discards the unfinished round when the run resumes
+        print("spade-ray: interrupted; run the same command again to resume after the last "
+              "completed round", file=sys.stderr)
+        sys.exit(130)
 
 
 def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
@@ -85,17 +90,21 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
         learner, params = validate_learner(cfg.learner)
         trace = validate_trace(cfg.trace)
         check_together(model, loop_cfg, params)
-    except ValueError as e:  # OmegaConf's type errors are ValueErrors too
-        raise ConfigError(str(e)) from e
+        role_specs(model)  # their engine counts and resources, checked before Ray starts
+    except (ValueError, OmegaConfBaseException) as e:  # an unknown key (`+loop.bogus=3`) is
+        # a KeyError of OmegaConf's, its type errors are ValueErrors
+        raise ConfigError("; ".join(line.strip() for line in str(e).splitlines()
+                                    if line.strip())) from e
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = str(cfg.run_name) if sweep_point is None else f"{cfg.run_name}-{sweep_point}"
     datasets.disable_progress_bars()  # one line per round on the console, no bars in between
-    connect(log_to_driver=False)  # RAY_ADDRESS (ray job submit) joins a cluster
+    # before Ray starts: a run directory in use, damaged or orphaned fails in a second
     store, sink = open_records(cfg, trace, run_dir, run_id, loop_cfg.seed)
     print(f"run {run_id}: {run_dir} ({loop_cfg.rounds} rounds, model {model.roles['solver'].model}"
           f" on {model.roles['solver'].backend}, sandbox {sandbox_cfg.backend} on the "
           f"{sandbox_cfg.placement})", flush=True)
     try:
+        connect(log_to_driver=False)  # RAY_ADDRESS (ray job submit) joins a cluster
         with Cluster(role_specs(model), model.colocate, model.placement_strategy,
                      learner_cpus=learner.cpus if params else 0.0,
                      learner_gpus=learner.gpus if params else 0,
@@ -129,7 +138,9 @@ def run(cfg: DictConfig, run_dir: Path, sweep_point: int | None = None) -> None:
         sink.close()
         store.close()
     print(summary_table(metrics), flush=True)
-    print(f"run directory: {run_dir} (trace.sqlite, pairs/, metrics.jsonl, plots/, wandb/)")
+    held = [name for name in ("trace.sqlite", "pairs/", "metrics.jsonl", "plots/", "wandb/")
+            if (run_dir / name).exists()]
+    print(f"run directory: {run_dir} ({', '.join(held)})")
 
 
 def check_settings(cfg: DictConfig, run_dir: Path, resumed: bool) -> None:
@@ -183,12 +194,19 @@ def check_together(model: ModelConfig, loop_cfg: LoopConfig, params: LearnerPara
 def open_records(cfg: DictConfig, trace: TraceConfig, run_dir: Path, run_id: str, seed: int
                  ) -> tuple[TraceStore, MetricsSink]:
     """The run's trace store and metrics sink (its W&B run grouped and tagged for a sweep),
-    once the settings are those the run's completed rounds had (check_settings)."""
-    store = TraceStore(run_dir / "trace.sqlite", run_id,
+    once the settings are those the run's completed rounds had (check_settings) and the trace
+    accounts for every round the directory records (`_orphaned`)."""
+    trace_path = run_dir / "trace.sqlite"
+    if not trace_path.exists():
+        _orphaned(run_dir, "no trace.sqlite")
+    store = TraceStore(trace_path, run_id,
                        max_text_chars=trace.max_text_chars,
                        keep_text_rounds=trace.keep_text_rounds, max_bytes=trace.max_bytes)
     try:
-        check_settings(cfg, run_dir, resumed=store.last_completed_round() is not None)
+        resumed = store.last_completed_round() is not None
+        if not resumed:
+            _orphaned(run_dir, "a trace with no completed round", files=False)
+        check_settings(cfg, run_dir, resumed=resumed)
     except ValueError:
         store.close()
         raise
@@ -198,6 +216,29 @@ def open_records(cfg: DictConfig, trace: TraceConfig, run_dir: Path, run_id: str
                        wandb_tags=(str(cfg.experiment_name), f"seed={seed}",
                                    *map(str, cfg.wandb.tags)))
     return store, sink
+
+
+def _orphaned(run_dir: Path, trace: str, files: bool = True) -> None:
+    """Refuse a run directory whose records the trace does not account for: started afresh,
+    the run would append its rounds to metrics.jsonl after the old ones and rewrite their
+    pairs (a directory whose trace.sqlite was lost ran rounds 0-2 again: metrics.jsonl read
+    rounds 0, 1, 0, 1, 2). `files`: whether pairs and checkpoints count (a run killed in its
+    first round, or in its SFT warm start, leaves some beside its trace; the resume redoes
+    them)."""
+    held = []
+    try:
+        rounds = sorted(m.round for m in load_metrics(run_dir / "metrics.jsonl"))
+    except ValueError as e:  # a line that is not JSON: the file names it
+        raise ConfigError(str(e)) from e
+    if rounds:
+        held.append(f"metrics.jsonl (rounds {rounds[0]}-{rounds[-1]})")
+    for name in ("pairs", "checkpoints") if files else ():
+        if (run_dir / name).is_dir() and any((run_dir / name).iterdir()):
+            held.append(f"{name}/")
+    if held:
+        raise ConfigError(f"{run_dir} holds {', '.join(held)} but {trace}: its rounds would be "
+                          "run and recorded again. Restore the trace, or give this run a "
+                          "directory of its own (run_name=NAME)")
 
 
 def role_specs(model: ModelConfig) -> list[RoleSpec]:

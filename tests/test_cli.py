@@ -170,6 +170,12 @@ def test_report_of_a_missing_run_is_a_named_error(tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     (["learner=none", "loop.overlap=true"], "loop.overlap=true needs a learner"),
     (["trace.max_mb=-1"], "trace.max_mb must be > 0 or null (no limit), got -1.0"),
+    # OmegaConf's own errors printed their traceback (bad-input audit s26, F4)
+    (["+loop.bogus=3"], "Key 'bogus' not in 'LoopConfig'"),
+    (["+sandbox.bogus=1"], "Key 'bogus' not in 'SandboxConfig'"),
+    (["model.roles.solver.engines=0"], "solver: engines must be >= 1, got 0"),
+    (["learner=dpo", "learner.params.lr=abc"],
+     "learner lr must be a finite number > 0.0, got 'abc'"),
 ])
 def test_run_with_a_bad_setting_is_a_one_line_error(tmp_path, overrides, message):
     out = cli("run", "experiment=cpu_tiny", *overrides, f"run_root={tmp_path}",

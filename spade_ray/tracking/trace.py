@@ -95,6 +95,10 @@ def _own(path: Path, run_id: str) -> IO[str]:
     return owner
 
 
+class TraceDamaged(Exception):
+    """The trace file is not a readable SQLite database."""
+
+
 class TraceStore:
     """Append-only, crash-safe record of one run (see the module docstring)."""
 
@@ -119,7 +123,13 @@ class TraceStore:
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=30.0)
         self._db.row_factory = sqlite3.Row
-        self._init_schema()
+        try:
+            self._init_schema()
+        except sqlite3.DatabaseError as e:  # a damaged file: ours to name, not SQLite's dump
+            self._db.close()
+            self._owner.close()
+            raise TraceDamaged(f"{self.path} is damaged ({e}): restore it, or move it away to "
+                               "start the run afresh; nothing was written to it") from e
 
     def _init_schema(self) -> None:
         mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
