@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from spade_ray.evaluation.humaneval import HumanEvalProblem, load_problems
+from spade_ray.execution import BACKENDS as SANDBOX_BACKENDS
 from spade_ray.execution.executor import Placement
 from spade_ray.preferences.generator import GeneratorReward
 from spade_ray.records import (
@@ -345,6 +346,12 @@ def sandbox_limits(cfg: DictConfig | dict) -> tuple[SandboxConfig, Limits]:
         raise ValueError(f"sandbox.placement={sandbox.placement!r}: use one of "
                          f"{[str(p) for p in Placement]}")
     sandbox.placement = Placement(sandbox.placement)
+    if sandbox.backend not in SANDBOX_BACKENDS:  # else found once Ray and the run dir are up
+        raise ValueError(f"sandbox.backend={sandbox.backend!r}: use one of "
+                         f"{list(SANDBOX_BACKENDS)}")
+    if sandbox.workers is not None and sandbox.workers < 1:
+        raise ValueError(f"sandbox.workers must be >= 1 or null (one per CPU), got "
+                         f"{sandbox.workers}")
     if sandbox.cpus_per_worker <= 0:
         raise ValueError(f"sandbox.cpus_per_worker must be > 0, got {sandbox.cpus_per_worker}")
     check_resources("sandbox.resources", sandbox.resources, "sandbox.cpus_per_worker")
@@ -360,6 +367,9 @@ def sandbox_limits(cfg: DictConfig | dict) -> tuple[SandboxConfig, Limits]:
         if not math.isfinite(value):  # int(nan) below would fail without naming the key
             raise ValueError(f"sandbox.limits.{key} must be a finite positive number, got "
                              f"{value}")
+        # int() below would make memory_mb=0.5 a 0, which the error then named instead of 0.5
+        if isinstance(getattr(defaults, key), int) and not float(value).is_integer():
+            raise ValueError(f"sandbox.limits.{key} must be a whole number, got {value}")
     # YAML numbers arrive as floats here; whole-number limits (MB, counts) must stay ints.
     typed = {k: type(getattr(defaults, k))(v) for k, v in sandbox.limits.items()}
     return sandbox, Limits(**typed)

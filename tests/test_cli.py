@@ -174,6 +174,8 @@ def test_report_of_a_missing_run_is_a_named_error(tmp_path):
     (["+loop.bogus=3"], "Key 'bogus' not in 'LoopConfig'"),
     (["+sandbox.bogus=1"], "Key 'bogus' not in 'SandboxConfig'"),
     (["model.roles.solver.engines=0"], "solver: engines must be >= 1, got 0"),
+    (["sandbox.backend=bogus"], "sandbox.backend='bogus': use one of ['local', 'docker']"),
+    (["sandbox.workers=-2"], "sandbox.workers must be >= 1 or null (one per CPU), got -2"),
     (["learner=dpo", "learner.params.lr=abc"],
      "learner lr must be a finite number > 0.0, got 'abc'"),
 ])

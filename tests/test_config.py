@@ -192,6 +192,24 @@ def test_a_non_finite_sandbox_limit_is_named(key, value):
         sandbox_limits({"limits": {key: value}})
 
 
+@pytest.mark.parametrize("key, value", [("memory_mb", 0.5), ("tmp_mb", 64.5),
+                                        ("max_processes", 1.25)])
+def test_a_fractional_whole_number_sandbox_limit_is_named(key, value):
+    """int() made memory_mb=0.5 a 0, and the error then said "got 0"."""
+    from spade_ray.config import sandbox_limits
+
+    with pytest.raises(ValueError, match=f"sandbox.limits.{key} must be a whole number, got "
+                                         f"{value}"):
+        sandbox_limits({"limits": {key: value}})
+
+
+def test_whole_number_sandbox_limits_from_yaml_become_ints():
+    from spade_ray.config import sandbox_limits
+
+    limits = sandbox_limits({"limits": {"memory_mb": 256.0, "timeout_s": 2.5}})[1]
+    assert (limits.memory_mb, type(limits.memory_mb), limits.timeout_s) == (256, int, 2.5)
+
+
 def test_a_learner_needs_cpus_only_when_there_is_one():
     assert validate_learner({"name": "none", "cpus": 0})[1] is None
 

@@ -18,6 +18,7 @@ from spade_ray.records import (
     CheckResult,
     ExecResult,
     ExecStatus,
+    IOExample,
     TestOutcome,
     TestSuite,
     Verdict,
@@ -40,7 +41,9 @@ def to_check_result(tests: TestSuite, result: ExecResult, report: dict[str, Any]
 def load_tests(path: str | Path) -> TestSuite:
     """A task file's tests. Accepts our fields (`tests`: list of asserts, `check`, `entry_point`,
     `preamble`, `examples`: [{"args": [...], "expected": ...}] in JSON, `float_tolerance`) and
-    HumanEval's (`test` holding `def check(candidate)`, `entry_point`, `prompt` as preamble)."""
+    HumanEval's (`test` holding `def check(candidate)`, `entry_point`, `prompt` as preamble).
+    JSON has no tuples: an example's `expected` is a list, which a returned tuple never equals
+    (use asserts or a check program for such functions)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -52,12 +55,37 @@ def load_tests(path: str | Path) -> TestSuite:
     if isinstance(asserts, str) or not isinstance(asserts, list):
         raise ValueError(f"task {path}: 'tests' must be a list of assert statements")
     check = data.get("check", data.get("test"))
-    try:
-        examples = tuple(example(tuple(e["args"]), e["expected"])
-                         for e in data.get("examples", []))
+    examples = _examples(path, data.get("examples", []))
+    try:  # TestSuite names the field that is wrong (float_tolerance, entry_point, check ...)
         return TestSuite(asserts=tuple(asserts), check=check, entry_point=data.get("entry_point"),
                          examples=examples, preamble=data.get("preamble", data.get("prompt")),
                          float_tolerance=data.get("float_tolerance", 0.0))
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"task {path}: {e!r}; examples are objects with 'args' (a list) and "
-                         "'expected'") from e
+    except ValueError as e:
+        raise ValueError(f"task {path}: {e}") from e
+
+
+_EXAMPLE = "an object with 'args' (a list) and 'expected'"
+
+
+def _examples(path: Path, given: Any) -> tuple[IOExample, ...]:
+    """A task file's examples, or an error naming the example by its index and what is wrong
+    with it (an exception's repr, KeyError('expected'), said neither)."""
+    if not isinstance(given, list):
+        raise ValueError(f"task {path}: 'examples' must be a list, each {_EXAMPLE}")
+    examples = []
+    for i, e in enumerate(given):
+        if not isinstance(e, dict):
+            raise ValueError(f"task {path}: examples[{i}] must be {_EXAMPLE}, got "
+                             f"{json.dumps(e)[:80]}")
+        for key in ("args", "expected"):
+            if key not in e:
+                raise ValueError(f"task {path}: examples[{i}] has no {key!r}; each example is "
+                                 f"{_EXAMPLE}")
+        if not isinstance(e["args"], list):
+            raise ValueError(f"task {path}: examples[{i}].args must be a list of the "
+                             f"arguments, got {json.dumps(e['args'])[:80]}")
+        try:
+            examples.append(example(tuple(e["args"]), e["expected"]))
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"task {path}: examples[{i}]: {err}") from err
+    return tuple(examples)

@@ -26,6 +26,7 @@ unprivileged uid stop, CPU cache side channels, and the candidate reading the wo
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -119,9 +120,13 @@ class LocalWorker:
             self._spawn(fds)
         except OSError as e:
             self._stop()
-            raise BackendUnavailable(f"cannot start the bwrap sandbox ({self.bwrap}): {e}; "
-                                     "install bubblewrap (apt-get install bubblewrap) or run "
-                                     "from a checkout every user can read") from e
+            # The hint fits only bwrap itself missing or out of reach; a mount or a cgroup file
+            # refusing a value (EINVAL) is not cured by installing bubblewrap.
+            hint = ("; install bubblewrap (apt-get install bubblewrap) or run from a checkout "
+                    "every user can read") if e.errno in (errno.ENOENT, errno.EACCES) \
+                and e.filename == self.bwrap else ""
+            raise BackendUnavailable(f"cannot start the bwrap sandbox ({self.bwrap}): {e}"
+                                     f"{hint}") from e
         finally:
             for fd in fds:
                 os.close(fd)

@@ -4,8 +4,10 @@ demonstrations)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
+import keyword
 import math
 
 
@@ -61,9 +63,17 @@ class Limits:
                     or not math.isfinite(value) or value <= 0:  # NaN is not <= 0
                 raise ValueError(f"Limits.{field.name} must be a finite positive number, got "
                                  f"{value!r}")
+            # The MB and count limits reach mount options, cgroup files and slices as they are:
+            # 512.0 failed there as "Invalid argument" (and a hint to install bubblewrap), or made
+            # every run a sandbox_error.
+            if field.type == "int" and not isinstance(value, int):
+                raise ValueError(f"Limits.{field.name} must be an integer, got {value!r}")
         if self.memory_mb < 16:
             raise ValueError(f"Limits.memory_mb={self.memory_mb} is too small to start Python "
                              "(use at least 16)")
+        if self.tmp_inodes < 2:  # the directory itself, and the harness's probe file at start
+            raise ValueError(f"Limits.tmp_inodes={self.tmp_inodes} is too small for the sandbox "
+                             "to start (use at least 2)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,19 +130,39 @@ class TestSuite:
     float_tolerance: float = 0.0
 
     def __post_init__(self) -> None:
+        # What is wrong with a suite is said here, naming the field: found by the grader, it was
+        # the candidate's failure (a check() without its argument, an examples tuple, ...).
+        for name, of in (("asserts", "assert statements"), ("examples", "IOExamples")):
+            value = getattr(self, name)
+            if not isinstance(value, (tuple, list)):  # a str would be iterated character-wise
+                raise ValueError(f"TestSuite.{name} must be a tuple of {of}, got "
+                                 f"{type(value).__name__} {value!r:.80}")
+            object.__setattr__(self, name, tuple(value))
         if not self.asserts and not self.check and not self.examples:
             raise ValueError("a TestSuite needs at least one assert statement, a check program "
                              "or an example")
         if (self.check or self.examples) and not self.entry_point:
             raise ValueError("a check program or examples need the entry_point they call")
+        if self.entry_point is not None and not (
+                isinstance(self.entry_point, str) and self.entry_point.isidentifier()
+                and not keyword.iskeyword(self.entry_point)):
+            raise ValueError(f"TestSuite.entry_point must be a function name, got "
+                             f"{self.entry_point!r:.80}")
         for i, source in enumerate(self.asserts):
             _must_compile(source, f"asserts[{i}]")
         if self.check:
-            _must_compile(self.check, "check")
+            _must_define_check(self.check)
         if self.preamble:
             _must_compile(self.preamble, "preamble")
-        if not 0 <= self.float_tolerance < 1:
-            raise ValueError(f"float_tolerance must be in [0, 1), got {self.float_tolerance}")
+        for i, e in enumerate(self.examples):
+            if not isinstance(e, IOExample):
+                raise ValueError(f"TestSuite.examples[{i}] must be an IOExample "
+                                 f"(execution.canonical.example builds one), got "
+                                 f"{type(e).__name__} {e!r:.80}")
+        if not isinstance(self.float_tolerance, (int, float)) \
+                or isinstance(self.float_tolerance, bool) or not 0 <= self.float_tolerance < 1:
+            raise ValueError(f"float_tolerance must be a number in [0, 1), got "
+                             f"{self.float_tolerance!r}")
 
     @property
     def total(self) -> int:
@@ -146,6 +176,23 @@ def _must_compile(source: str, where: str) -> None:
         compile(source, f"<{where}>", "exec")
     except SyntaxError as e:
         raise ValueError(f"test {where} is not valid Python: {e.msg} (line {e.lineno})") from e
+
+
+def _must_define_check(source: str) -> None:
+    """The grader calls `check(candidate)`: a program that defines no such function failed
+    every candidate (KeyError, or a TypeError about check's arguments)."""
+    _must_compile(source, "check")
+    defs = [node for node in ast.parse(source).body
+            if isinstance(node, ast.FunctionDef) and node.name == "check"]
+    if not defs:
+        raise ValueError("test check must define a top-level function check(candidate)")
+    args = defs[-1].args  # the last definition is the one called
+    positional = len(args.posonlyargs) + len(args.args)
+    takes_one = (positional >= 1 or args.vararg is not None) and \
+        positional - len(args.defaults) <= 1 and all(d is not None for d in args.kw_defaults)
+    if not takes_one:
+        raise ValueError(f"test check must define check(candidate) taking one argument, got "
+                         f"def check({ast.unparse(args)}) (line {defs[-1].lineno})")
 
 
 class Verdict(enum.StrEnum):

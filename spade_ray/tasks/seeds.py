@@ -36,17 +36,40 @@ _PACKAGE = Path(__file__).parents[1]
 _SOURCES = (_PACKAGE / "__init__.py", *(_PACKAGE / name for name in
                                         ("tasks", "records", "execution", "evaluation")),
             Path(canonical.SOURCE).parent)
-_BLOCK = re.compile(r"^### Topic: (.+?)\n(.*?)^### END$", re.MULTILINE | re.DOTALL)
+_BLOCK = re.compile(r"^### Topic:([^\n]*)\n(.*?)^### END$", re.MULTILINE | re.DOTALL)
+_HEADER = re.compile(r"^### Topic:([^\n]*)", re.MULTILINE)
+_END = re.compile(r"^### END$", re.MULTILINE)
 
 
 def load_seed_proposals(path: Path = SEED_FILE) -> list[tuple[str, Proposal]]:
     """(topic, proposal) of every block of the seed file; a block that does not parse is an
-    error naming it."""
-    blocks = _BLOCK.findall(path.read_text(encoding="utf-8"))
+    error naming it. So is a block without its `### END` line: the next block's text (or the
+    end of the file) was taken as its own, and a seed was silently lost."""
+    try:  # utf-8-sig: with a BOM (an editor's), the first header was not at a line start
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text: {e}") from e
+    blocks = _BLOCK.findall(text)
+    headers = list(_HEADER.finditer(text))
+    if len(headers) != len(blocks):
+        nexts = [m.start() for m in headers[1:]] + [len(text)]
+        for n, header in enumerate(headers):
+            if not _END.search(text, header.end(), nexts[n]):
+                line = text.count("\n", 0, header.start()) + 1
+                raise ValueError(f"{path}: {len(headers)} topics but {len(blocks)} complete "
+                                 f"blocks; block {n} ({header[1].strip()}, line {line}) has no "
+                                 "'### END' line before the next '### Topic:' or the end of "
+                                 "the file")
+    outside = _BLOCK.sub("", text).strip()  # e.g. a block whose header was mistyped: lost
+    if outside:
+        raise ValueError(f"{path}: text outside every '### Topic: ... ### END' block: "
+                         f"{outside.splitlines()[0]!r:.80}")
     if not blocks:
         raise ValueError(f"no '### Topic: ... ### END' blocks in {path}")
     out = []
     for n, (topic, body) in enumerate(blocks):
+        if not topic.strip():
+            raise ValueError(f"{path}: seed block {n} has no topic after '### Topic:'")
         try:
             out.append((topic.strip(), parse_proposal(body)))
         except ValueError as e:

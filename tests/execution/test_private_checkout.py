@@ -1,6 +1,7 @@
 """The local sandbox starts from a checkout that the sandbox uid cannot reach (a clone under /root
 or in a `mktemp -d`, mode 0700), and when it cannot start it says why and leaves nothing behind."""
 
+import errno
 import os
 import shutil
 import sys
@@ -45,6 +46,27 @@ def test_a_bwrap_that_cannot_run_is_backend_unavailable(private_dir, monkeypatch
     monkeypatch.setattr(local, "find_bwrap", lambda: str(broken))
     with pytest.raises(BackendUnavailable, match="cannot start the bwrap sandbox"):
         Sandbox("local", TEST_LIMITS, workers=1)
+
+
+def test_a_bwrap_that_cannot_run_gets_the_install_hint(private_dir, monkeypatch):
+    broken = private_dir / "bwrap"
+    broken.write_text("not a program")
+    os.chmod(broken, 0o644)
+    monkeypatch.setattr(local, "find_bwrap", lambda: str(broken))
+    with pytest.raises(BackendUnavailable, match="install bubblewrap"):
+        Sandbox("local", TEST_LIMITS, workers=1)
+
+
+def test_a_mount_that_fails_gets_no_install_hint(monkeypatch):
+    """EINVAL from our tmpfs mount (a bad limit) is not cured by installing bubblewrap, which
+    is installed: the hint misled."""
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EINVAL, "mount tmpfs on /run/spade-ray/w-1: Invalid argument")
+
+    monkeypatch.setattr(local, "Mount", refuse)
+    with pytest.raises(BackendUnavailable, match="mount tmpfs.*Invalid argument") as raised:
+        Sandbox("local", TEST_LIMITS, workers=1)
+    assert "install bubblewrap" not in str(raised.value)
 
 
 def test_a_failed_start_leaves_no_mount(private_dir, monkeypatch):

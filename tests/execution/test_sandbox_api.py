@@ -150,3 +150,23 @@ def test_malformed_task_file_is_named(tmp_path):
     task.write_text("{not json")
     with pytest.raises(ValueError, match="task.json"):
         load_tests(task)
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"entry_point": "f", "check": "x = 1"}, "define a top-level function check"),
+    ({"entry_point": "f", "examples": [{"args": [1], "expected": 1}], "float_tolerance": "abc"},
+     "float_tolerance must be a number in \\[0, 1\\), got 'abc'"),
+    ({"entry_point": "add", "examples": [{"args": [1, 2], "expected": 3}, [1, 2, 3]]},
+     r"examples\[1\] must be an object with 'args' \(a list\) and 'expected', got \[1, 2, 3\]"),
+    ({"entry_point": "f", "examples": [{"args": [1]}]}, r"examples\[0\] has no 'expected'"),
+    ({"entry_point": "f", "examples": [{"args": 1, "expected": 1}]},
+     r"examples\[0\].args must be a list"),
+    ({"entry_point": "f", "examples": {"args": [1], "expected": 1}}, "'examples' must be a list"),
+])
+def test_a_task_file_names_the_field_that_is_wrong(tmp_path, data, message):
+    """Not an exception's repr (KeyError('expected')), nor a check that fails every solution."""
+    task = tmp_path / "task.json"
+    task.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=message) as raised:
+        load_tests(task)
+    assert "task.json" in str(raised.value) and "Error(" not in str(raised.value)
