@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import datetime
 import html
+import logging
 import os
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
@@ -104,6 +105,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
         samples = sample_tasks(trace, run_ids[0] if run_ids else None)
     except (OSError, sqlite3.Error, ValueError) as e:  # no trace, or one this code cannot read
         samples, trace_note = [], f"could not read {trace}: {e}"
+        if trace.exists():  # a damaged trace said so only inside the page (bad-input audit s26)
+            logging.getLogger(__name__).warning("%s; the report has no sample tasks", trace_note)
     page = render_report(rows, samples, trace_note, title=" + ".join(run_ids) or run_dir.name)
     path = _report_path(run_dir, out)
     tmp = path.with_name(path.name + ".tmp")

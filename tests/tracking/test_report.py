@@ -191,6 +191,13 @@ def test_empty_trace_and_no_trace_still_give_a_page(tmp_path):
     assert "could not read" in missing and "no trace store" in missing
 
 
+def test_a_damaged_trace_is_said_outside_the_page_too(tmp_path, caplog):
+    _write_metrics(tmp_path, [_row(0)])
+    (tmp_path / "trace.sqlite").write_bytes(b"not a database" * 100)
+    write_report(tmp_path)
+    assert "trace.sqlite" in caplog.text and "the report has no sample tasks" in caplog.text
+
+
 def test_a_directory_without_metrics_or_trace_is_refused_with_its_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither metrics.jsonl nor trace.sqlite"):
         write_report(tmp_path)
