@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import operator
 
 from spade_ray.records.items import CompletionGroup, PreferencePair, Task
 
@@ -218,9 +219,8 @@ class LearnerParams:
                 raise ValueError(f"learner {name}={value!r}: use one of "
                                  f"{[str(k) for k in kind]}")
             object.__setattr__(self, name, kind(value))
-        for name, low, high in (("lr", 0.0, None), ("beta", 0.0, None),
-                                ("max_grad_norm", 0.0, None), ("clip_eps", 0.0, None)):
-            _check_number(name, getattr(self, name), above=low, below=high)
+        for name in ("lr", "beta", "max_grad_norm", "clip_eps"):
+            _check_number(name, getattr(self, name), above=0.0)
         for name in ("rpo_alpha", "weight_decay", "kl_coef"):
             _check_number(name, getattr(self, name), at_least=0.0)
         # 0.5 flips the preference: conservative DPO's smoothing is the chance the label is wrong
@@ -262,16 +262,13 @@ def _check_number(name: str, value: object, *, above: float | None = None,
                   at_least: float | None = None, below: float | None = None,
                   at_most: float | None = None) -> None:
     """A learner parameter that must be a finite number within the given bounds."""
-    bounds = [f"> {above}" if above is not None else "", f">= {at_least}"
-              if at_least is not None else "", f"< {below}" if below is not None else "",
-              f"<= {at_most}" if at_most is not None else ""]
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and math.isfinite(value) and (above is None or value > above)
-          and (at_least is None or value >= at_least) and (below is None or value < below)
-          and (at_most is None or value <= at_most))
-    if not ok:
+    bounds = [(sign, bound, holds) for sign, bound, holds in (
+        (">", above, operator.gt), (">=", at_least, operator.ge), ("<", below, operator.lt),
+        ("<=", at_most, operator.le)) if bound is not None]
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and all(holds(value, b) for _, b, holds in bounds)):
         raise ValueError(f"learner {name} must be a finite number "
-                         f"{' and '.join(b for b in bounds if b)}, got {value!r}")
+                         f"{' and '.join(f'{sign} {b}' for sign, b, _ in bounds)}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
