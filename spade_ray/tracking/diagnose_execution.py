@@ -52,7 +52,8 @@ def environment_section(trace: RunTrace) -> Section:
                                                      f"{ch.execution.attempts} attempts"))
               for (_, cid), ch in ran if ch.execution.attempts > 1]
     counts = group_counts([*sandbox_errors, *reruns])
-    checks = (_env_check(trace), _enforced_check(trace), _sandbox_errors_check(trace))
+    checks = (_env_check(trace), _enforced_check(trace), _sandbox_errors_check(trace),
+              _metrics_check(trace))
     return Section("environment", "Environment", counts, tuple(notes), checks)
 
 
@@ -101,6 +102,23 @@ def _sandbox_errors_check(trace: RunTrace) -> Check:
                      tuple(Example(cid, one_line(ch.execution.detail)) for cid, ch in errors[:2]))
     return Check(CheckName.SANDBOX_ERRORS, Level.OK,
                  f"no sandbox_error left ({cured} cured by a re-run)")
+
+
+def _metrics_check(trace: RunTrace) -> Check:
+    """metrics.jsonl beside the trace holds this run's rounds: one of another run beside it
+    (a copied or reused directory) was read without a word, and the metrics section vanished
+    (bad-input audit s26, F11)."""
+    others = [r for r in trace.metrics_run_ids if r != trace.run_id]
+    if others:
+        return Check(CheckName.METRICS_MATCH, Level.WARN,
+                     f"metrics.jsonl holds rows of run(s) {others}, the trace is run "
+                     f"{trace.run_id!r}: only the rows of {trace.run_id!r} are read")
+    missing = sorted(set(trace.completed) - {m.round for m in trace.metrics})
+    if missing:
+        return Check(CheckName.METRICS_MATCH, Level.WARN,
+                     f"metrics.jsonl has no line of completed round(s) {round_span(missing)}")
+    return Check(CheckName.METRICS_MATCH, Level.OK,
+                 f"a metrics line for each of the {len(trace.completed)} completed rounds")
 
 
 def evaluator_section(trace: RunTrace, recheck: int, executor: Executor | None,

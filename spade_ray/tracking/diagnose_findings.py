@@ -32,6 +32,7 @@ class CheckName(enum.StrEnum):
     ENV_STABLE = "env_hash stable"
     LIMITS_ENFORCED = "limits enforced"
     SANDBOX_ERRORS = "sandbox errors re-run"
+    METRICS_MATCH = "metrics.jsonl matches the trace"
     RESCORE = "re-scored executions match the scores"
     RECHECK = "re-executed candidates match the scores"
     PAIR_ORDER = "chosen ranks above rejected"

@@ -44,8 +44,9 @@ class RunTrace:
     checks: dict[Keyed, CheckResult]
     scores: dict[Keyed, Score]
     pairs: tuple[tuple[int, PreferencePair], ...]
-    metrics: tuple[RoundMetrics, ...]
+    metrics: tuple[RoundMetrics, ...]  # metrics.jsonl's rows of this run
     schema_note: str = ""  # how the trace was read, when not as is (an older schema, migrated)
+    metrics_run_ids: tuple[str, ...] = ()  # every run metrics.jsonl has rows of, this one too
 
     @property
     def rounds(self) -> tuple[int, ...]:
@@ -72,6 +73,7 @@ def load_run(run_dir: str | Path, run_id: str | None = None) -> RunTrace:
         raise ValueError(f"cannot read the trace {db}: {e}") from e
     finally:
         conn.close()
+    metrics = load_metrics(run_dir / "metrics.jsonl")
     return RunTrace(
         run_dir=run_dir, run_id=run_id, schema_note=note,
         completed=tuple(r["round"] for r in rows["rounds"]),
@@ -87,7 +89,8 @@ def load_run(run_dir: str | Path, run_id: str | None = None) -> RunTrace:
                 for r in rows["scores"]},
         pairs=tuple((r["round"], schema.row_to_record("pairs", PreferencePair, r))
                     for r in rows["pairs"]),
-        metrics=tuple(m for m in load_metrics(run_dir / "metrics.jsonl") if m.run_id == run_id))
+        metrics=tuple(m for m in metrics if m.run_id == run_id),
+        metrics_run_ids=tuple(sorted({m.run_id for m in metrics})))
 
 
 def _connect(db: Path) -> tuple[sqlite3.Connection, str]:

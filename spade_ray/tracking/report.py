@@ -102,11 +102,18 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     run_ids = list(dict.fromkeys(str(r["run_id"]) for r in rows if "run_id" in r))
     try:
         trace_note = schema_note(trace)
+        traced = [r for (r,) in run_sql(trace, "SELECT DISTINCT run_id FROM rounds")[0]]
         samples = sample_tasks(trace, run_ids[0] if run_ids else None)
     except (OSError, sqlite3.Error, ValueError) as e:  # no trace, or one this code cannot read
         samples, trace_note = [], f"could not read {trace}: {e}"
         if trace.exists():  # a damaged trace said so only inside the page (bad-input audit s26)
             logging.getLogger(__name__).warning("%s; the report has no sample tasks", trace_note)
+    else:
+        if run_ids and traced and not set(run_ids) & set(traced):  # bad-input audit s26, F11
+            mixed = (f"metrics.jsonl holds run(s) {run_ids}, the trace holds {traced}: the "
+                     "page shows the metrics' run, without sample tasks")
+            logging.getLogger(__name__).warning("%s", mixed)
+            trace_note = "; ".join(filter(None, (trace_note, mixed)))
     page = render_report(rows, samples, trace_note, title=" + ".join(run_ids) or run_dir.name)
     path = _report_path(run_dir, out)
     tmp = path.with_name(path.name + ".tmp")

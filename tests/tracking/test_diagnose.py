@@ -16,6 +16,7 @@ from spade_ray.records import (
     Role,
     RoundState,
     TestOutcome,
+    to_dict,
 )
 from spade_ray.tracking import TraceStore, Versions
 from spade_ray.tracking.diagnose import CheckName, FailureClass, Level, classify, diagnose, load_run
@@ -201,6 +202,29 @@ def test_an_env_hash_change_between_rounds_is_a_warning(run_dir):
     with TraceStore(run_dir / "trace.sqlite", "run") as store:
         record(store, 1, [candidate(0)], [moved])
     assert diagnose(load_run(run_dir)).check(CheckName.ENV_STABLE).level is Level.WARN
+
+
+def write_metrics(run_dir, *rows) -> None:
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(to_dict(m)) + "\n" for m in rows))
+
+
+def test_metrics_of_each_completed_round_of_this_run_pass(run_dir):
+    write_metrics(run_dir, f.metrics(0, run_id="run"))
+    check = diagnose(load_run(run_dir)).check(CheckName.METRICS_MATCH)
+    assert check.level is Level.OK
+
+
+def test_metrics_of_another_run_beside_the_trace_are_a_warning_naming_both(run_dir):
+    write_metrics(run_dir, f.metrics(0, run_id="other"), f.metrics(1, run_id="other"))
+    d = diagnose(load_run(run_dir))
+    check = d.check(CheckName.METRICS_MATCH)
+    assert check.level is Level.WARN and "'other'" in check.why and "'run'" in check.why
+    assert d.metrics == ()  # the other run's rows are not read as this run's
+
+
+def test_a_completed_round_without_its_metrics_line_is_a_warning(run_dir):
+    check = diagnose(load_run(run_dir)).check(CheckName.METRICS_MATCH)
+    assert check.level is Level.WARN and "round(s) 0" in check.why
 
 
 @pytest.mark.parametrize("where", ["nope", "empty"])

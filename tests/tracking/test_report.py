@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from spade_ray.records import to_dict
+from spade_ray.records import RoundState, to_dict
 from spade_ray.tracking import TraceStore, Versions
 from spade_ray.tracking.plots import DEFAULT_DIFFICULTY_BAND, round_charts
 from spade_ray.tracking.report import render_report, sample_tasks, write_report
@@ -196,6 +196,15 @@ def test_a_damaged_trace_is_said_outside_the_page_too(tmp_path, caplog):
     (tmp_path / "trace.sqlite").write_bytes(b"not a database" * 100)
     write_report(tmp_path)
     assert "trace.sqlite" in caplog.text and "the report has no sample tasks" in caplog.text
+
+
+def test_metrics_of_one_run_beside_the_trace_of_another_are_said(tmp_path, caplog):
+    _write_metrics(tmp_path, [_row(0, run_id="other")])
+    with TraceStore(tmp_path / "trace.sqlite", "run") as store:
+        store.complete_round(0, f.metrics(0, run_id="run"), RoundState())
+    samples = _section(write_report(tmp_path).read_text(), "samples")
+    assert "holds run(s) [&#x27;other&#x27;], the trace holds [&#x27;run&#x27;]" in samples
+    assert "metrics.jsonl holds run(s) ['other'], the trace holds ['run']" in caplog.text
 
 
 def test_a_directory_without_metrics_or_trace_is_refused_with_its_path(tmp_path):
