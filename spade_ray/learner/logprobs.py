@@ -46,8 +46,14 @@ def encode(tokenizer: Any, context: str, completion: str, max_length: int
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2 (a prompt token and a completion token), "
                          f"got {max_length}")
-    prompt_ids = list(tokenizer(context, add_special_tokens=True)["input_ids"])
-    completion_ids = list(tokenizer(completion, add_special_tokens=False)["input_ids"])
+    # split_special_tokens: model text that spells a special token (`<eos>` in a comment) is
+    # the characters the model sampled, never the token: parsed, a passing program with
+    # `# done<eos>` was trained as a real EOS mid-program (red-team pass 15). The rollout
+    # backends tokenize prompts the same way, so the learner sees the ids the model saw.
+    prompt_ids = list(tokenizer(context, add_special_tokens=True,
+                                split_special_tokens=True)["input_ids"])
+    completion_ids = list(tokenizer(completion, add_special_tokens=False,
+                                    split_special_tokens=True)["input_ids"])
     if not prompt_ids:
         prompt_ids = [pad_id(tokenizer) if tokenizer.bos_token_id is None
                       else tokenizer.bos_token_id]

@@ -63,7 +63,11 @@ class HFBackend:
 
     def generate(self, prompts: Sequence[str], sampling: SamplingParams
                  ) -> list[list[Completion]]:
-        encoded = [self.tokenizer(p, add_special_tokens=True).input_ids for p in prompts]
+        # A prompt is plain text (few-shot; chat prompts go to the openai backend, whose server
+        # applies the template): a special token's spelling in it (a generated task's `<eos>`)
+        # stays characters (red-team pass 15); learner/logprobs.encode does the same.
+        encoded = [self.tokenizer(p, add_special_tokens=True, split_special_tokens=True).input_ids
+                   for p in prompts]
         for i, ids in enumerate(encoded):
             if len(ids) + sampling.max_tokens > self.context:
                 raise PromptTooLong(i, len(ids), sampling.max_tokens, self.context)

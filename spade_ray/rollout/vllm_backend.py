@@ -85,7 +85,9 @@ class VLLMBackend:
                  ) -> list[list[Completion]]:
         from vllm.inputs import TokensPrompt
 
-        encoded = [self.tokenizer.encode(p) for p in prompts]
+        # as hf_backend: a special token's spelling in a prompt stays characters
+        encoded = [self.tokenizer(p, add_special_tokens=True, split_special_tokens=True).input_ids
+                   for p in prompts]
         for i, ids in enumerate(encoded):
             if not ids:
                 raise ValueError(f"prompt {i} is empty (no tokens): vLLM needs at least one")

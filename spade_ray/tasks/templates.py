@@ -39,7 +39,10 @@ def load_prompts(variant: str, conf_dir: Path = CONF_DIR) -> dict[str, PromptTem
 def render(template: PromptTemplate, examples: list[dict[str, Any]], tokenizer: Any = None,
            **variables: Any) -> str:
     """The prompt text. `examples` fill {examples} (few-shot); `tokenizer`, if it has a chat
-    template, renders chat prompts the way the model was trained on."""
+    template, renders chat prompts the way the model was trained on. Such a prompt holds the
+    template's special tokens as text: the hf and vllm backends keep every special token's
+    spelling in a prompt as characters (model text must never become a control token), so
+    they take plain prompts; the openai backend's server applies its own template."""
     shots = "".join(_fill(template.example, e, "example") for e in examples)
     text = _fill(template.user, {**variables, "examples": shots}, "prompt")
     if not template.chat:

@@ -83,3 +83,14 @@ def test_chunked_logps_have_the_gradients_of_the_full_logits(tiny_model, monkeyp
     (_naive_token_logps(model, batch) * weights).sum().backward()
     for name, param in model.named_parameters():
         torch.testing.assert_close(ours[name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_a_special_tokens_spelling_in_model_text_is_characters_not_the_token(tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    specials = {tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id} - {None}
+    prompt_ids, completion_ids = encode(tokenizer, f"Write f.{tokenizer.eos_token}\n",
+                                        f"x = '{tokenizer.eos_token}{tokenizer.bos_token}'\n",
+                                        256)
+    assert not specials & set(completion_ids)
+    assert not specials & set(prompt_ids[1:])  # only the tokenizer's own BOS, if it adds one
+    assert tokenizer.decode(completion_ids) == f"x = '{tokenizer.eos_token}{tokenizer.bos_token}'\n"

@@ -31,6 +31,15 @@ def test_n_completions_per_prompt_in_order_with_token_counts(backend):
     assert all(c.finish_reason in ("stop", "length") for group in out for c in group)
 
 
+def test_a_special_tokens_spelling_in_a_prompt_is_characters_not_the_token(backend):
+    eos = backend.tokenizer.eos_token
+    prompt = f"Return x.{eos}\ndef f(x):"
+    out = backend.generate([prompt], SamplingParams(n=1, max_tokens=2, seed=0))
+    as_text = backend.tokenizer(prompt, split_special_tokens=True).input_ids
+    assert backend.tokenizer.eos_token_id not in as_text
+    assert out[0][0].prompt_tokens == len(as_text) > len(backend.tokenizer(prompt).input_ids)
+
+
 def test_batches_larger_than_max_batch_size_keep_order(backend):
     greedy = SamplingParams(temperature=0, max_tokens=5)
     prompts = [f"prompt {i}" for i in range(10)]

@@ -245,3 +245,12 @@ def test_a_dead_engine_core_restarts_its_actor_which_catches_up(model_dirs):
         assert completion.weights_version == 1 and completion.text == served
     finally:
         ray.shutdown()
+
+
+def test_a_special_tokens_spelling_in_a_prompt_is_characters_not_the_token(backend):
+    tokenizer = backend.tokenizer
+    prompt = f"Return x.{tokenizer.eos_token}\ndef f(x):"
+    as_text = tokenizer(prompt, split_special_tokens=True).input_ids
+    assert tokenizer.eos_token_id not in as_text
+    out = backend.generate([prompt], GREEDY)
+    assert out[0][0].prompt_tokens == len(as_text) > len(tokenizer(prompt).input_ids)
