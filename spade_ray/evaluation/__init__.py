@@ -6,6 +6,7 @@ with generated tasks).
     s = score(candidate, sandbox.check(candidate.code, task.tests))
 """
 
+from spade_ray.evaluation.baselines import hardest_examples
 from spade_ray.evaluation.scoring import (
     IncomparableScores,
     SandboxFailure,
@@ -16,5 +17,5 @@ from spade_ray.evaluation.scoring import (
     score_many,
 )
 
-__all__ = ["IncomparableScores", "SandboxFailure", "compare", "needs_rerun", "rank_key", "score",
-           "score_many"]
+__all__ = ["IncomparableScores", "SandboxFailure", "compare", "hardest_examples", "needs_rerun",
+           "rank_key", "score", "score_many"]

@@ -7,11 +7,11 @@ Hard rules first, and only rules:
     passed earns nothing, a shown example failed, or a run that did not end ok, costs as a
     hidden one failed), and none for what a program earns without solving the task (a table
     of the shown examples and a constant, an argument or one cheap operation on one, shifted
-    by a small constant or behind a one-line guard, or the nearest shown output: the zero,
-    baselines.py; `return False` passed 3 of 4 hidden examples of a seed task, and beat every
-    honest attempt that raised). A repair task
-    gets none (1.0 or 0.0): the buggy program its prompt shows is a subtle mutant that passes
-    most examples, so a copy of it would outscore an honest fix that breaks one more;
+    by a small constant, the nearest shown output, or two of these split by a one-line
+    condition: the zero, baselines.py; `return False` passed 3 of 4 hidden examples of a seed
+    task, and beat every honest attempt that raised). A repair task gets none (1.0 or 0.0):
+    the buggy program its prompt shows is a subtle mutant that passes most examples, so a copy
+    of it would outscore an honest fix that breaks one more;
   * value = 0.0 when the run hit a limit (timeout, memory_limit, output_limit), was killed, or
     failed before its tests ran (error with no test report) - whatever it printed;
   * passed = `CheckResult.passed` (every test passed, the sentinel seen, the run ended ok);

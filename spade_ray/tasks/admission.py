@@ -69,7 +69,8 @@ a child forked before the reference ran, on a shifted heap (tasks/driver.py), an
 result's
 repr; the host turns the reprs back into values with ast.literal_eval and encodes them as
 canonical data. With `augment_inputs`, a generated proposal's inputs are joined by that many
-mutations of them (tasks/augment.py), run by a second driver job: the reference computes their
+mutations of them (tasks/augment.py; drawn AUGMENT_POOL times over, the ones the floor's guesses
+get wrong most kept), run by a second driver job: the reference computes their
 outputs too, so they can only add examples (a limit hit or a crash on them drops them, and never
 the task), except that a disagreement between the interpreters on them rejects the task as
 nondeterministic. Examples keep the generator's own inputs first (the visible ones, and the one
@@ -86,6 +87,7 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 
+from spade_ray.evaluation import hardest_examples
 from spade_ray.execution import canonical
 from spade_ray.records import (
     CheckResult,
@@ -111,6 +113,13 @@ from spade_ray.tasks.static import signature_reason, static_reason
 MUTANT_ROLES = {False: "mutant", True: "mutant:fixed"}  # by Mutant.fixed
 MUTANT_SLOWDOWN = 4.0  # a mutant's budget, in times the reference's check (_mutant_limits)
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
+# Augmented inputs drawn per one kept: the reference answers them all, and the examples kept are
+# those the floor's guesses get wrong most (evaluation.hardest_examples). Measured on the seed
+# programs admitted as generated tasks (/work/notes/s27/sel, augment_inputs 8): mean floor of the
+# codegen tasks 0.60 -> 0.46 at 4 (0.54 -> 0.40 before the floor had splits), one-operator
+# mutants of the references with credit 30 -> 38 of ~277. The driver job of the extra inputs
+# runs 4x the calls (a reference too slow for them loses the extras only, as before).
+AUGMENT_POOL = 4
 @dataclasses.dataclass(frozen=True)
 class AdmissionConfig:
     min_examples: int = 2  # inputs the reference must answer (with plain data)
@@ -162,7 +171,11 @@ class _Core:
     examples: tuple[IOExample, ...]
     own: int
     cpu_s: float
-    lines: tuple[int, ...] = ()  # per example, the line of the `return` that answered it
+    # every input the reference answered, `examples` being `own` of them and those of the
+    # augmented ones kept (AUGMENT_POOL): a coin flip's evidence is its repeated answers, the
+    # very ones the floor's guesses get right and the kept ones leave out
+    answered: tuple[IOExample, ...] = ()
+    lines: tuple[int, ...] = ()  # per answered example, the line of the `return` that answered it
     shown: int = 0  # the first ones a codegen or repair prompt shows (guesses.stated_first)
 
 
@@ -183,7 +196,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
               for key, i in first.items()}
     running = [key for key in first if static[key] is None]
     count = config.augment_inputs if source is TaskSource.GENERATED else 0
-    extras = {key: augmented_inputs(proposals[first[key]].inputs, count,
+    extras = {key: augmented_inputs(proposals[first[key]].inputs, count * AUGMENT_POOL,
                                     _seed(proposals[first[key]])) for key in running}
     augmenting = [key for key in running if extras[key]]
     jobs = running + [_job(proposals[first[key]], extras[key]) for key in augmenting]
@@ -290,12 +303,17 @@ def _core(proposal: Proposal, run, config: AdmissionConfig,
             more = _examples(extras, extra_results)
     if not own or len(own) + len(more) < config.min_examples:
         return "reference_raises"
+    answered = own + more
+    if len(more) > config.augment_inputs:
+        keep = hardest_examples([e for e, _ in answered], len(own), shown,
+                                config.augment_inputs)
+        more = [more[i] for i in keep]
     examples = tuple(e for e, _ in own + more)
     if len({e.expected for e in examples}) == 1:
         return "constant_outputs"
     return _Core(examples, len(own),
                  run.cpu_s + (extra_run.cpu_s if extra_run is not None else 0.0),
-                 tuple(line for _, line in own + more), shown)
+                 tuple(e for e, _ in answered), tuple(line for _, line in answered), shown)
 
 
 def _examples(inputs: Sequence[tuple], results: list) -> list[tuple[IOExample, int]]:
@@ -392,7 +410,7 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
         return reject(f"trivial_passes:{lookup}")
     asked = core.own - 1
     if family is TaskFamily.PREDICT:
-        asked = question(p, core.examples, core.own, core.lines,  # (a seed's are hand-written)
+        asked = question(p, core.answered, core.own, core.lines,  # (a seed's are hand-written)
                          config.min_predict_examples if source is TaskSource.GENERATED else 0)
         if isinstance(asked, str):
             return reject(asked)

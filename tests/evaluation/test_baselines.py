@@ -1,7 +1,7 @@
 """The guesses partial credit is measured from, computed on the host (evaluation/baselines.py)."""
 
 from spade_ray.evaluation import baselines
-from spade_ray.evaluation.baselines import guesses, nearest_shown, null_credit
+from spade_ray.evaluation.baselines import guesses, hardest_examples, nearest_shown, null_credit
 from spade_ray.execution import canonical
 from spade_ray.records import TestSuite
 
@@ -65,6 +65,32 @@ def test_the_output_of_the_nearest_shown_input_is_a_guess():
     assert nearest_shown(examples, 2)["nearest0"] == [True, True, True, True, False]
     assert null_credit(suite(examples), 2) == 2 / 3
     assert nearest_shown(examples, 0) == {}
+
+
+def test_two_guesses_split_by_a_condition_are_a_guess():
+    # x + 1 for even x, -x for odd: each guess alone gets half the hidden examples; split by
+    # `x % 2 == 0` (SPLITS) they get all (red-team pass 14: `min(xs) if target in xs else -1`
+    # after a table of the shown examples earned 0.25 over honest near-misses at 0)
+    examples = [((x,), x + 1 if x % 2 == 0 else -x) for x in range(2, 10)]
+    assert max(sum(row[2:]) for row in guesses(examples).values()) == 3
+    assert null_credit(suite(examples), 2) == 1.0
+
+
+def test_a_guess_whose_values_are_bools_is_a_condition_to_split_on():
+    # len(xs) where x is in xs, else 0: `x in xs` is a guess (BINARY), and a condition
+    examples = [((x, xs), len(xs) if x in xs else 0) for x, xs in (
+        (1, [1, 2]), (5, [1]), (3, [3, 4, 5]), (9, [2, 2]), (2, [7, 2, 1, 1]), (4, [1, 2]),
+        (6, [6]), (8, [1, 2, 3]))]
+    assert max(sum(row[2:]) for row in guesses(examples).values()) == 3
+    assert null_credit(suite(examples), 2) == 1.0
+
+
+def test_the_augmented_examples_kept_are_those_the_guesses_get_wrong():
+    # f(x) = x below 10, x * x + 1 above: the echo gets every small input right
+    examples = [canonical.example((x,), x if x < 10 else x * x + 1)
+                for x in (1, 2, 3, 12, 4, 13, 5)]
+    assert hardest_examples(examples, 2, 2, 2) == [1, 3]  # 12 and 13, of the five after two
+    assert hardest_examples(examples, 2, 2, 9) == [0, 1, 2, 3, 4]
 
 
 def suite(examples) -> TestSuite:

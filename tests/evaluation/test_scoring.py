@@ -6,7 +6,16 @@ import itertools
 import pytest
 
 from spade_ray.evaluation import scoring
-from spade_ray.evaluation.baselines import BINARY, GUARDS, OFFSETS, UNARY, guesses, null_credit
+from spade_ray.evaluation.baselines import (
+    BINARY,
+    GUARDS,
+    OFFSETS,
+    SPLITS,
+    SPLITS2,
+    UNARY,
+    guesses,
+    null_credit,
+)
 from spade_ray.evaluation.scoring import (
     CPU_MARGIN_S,
     IncomparableScores,
@@ -230,10 +239,11 @@ def test_the_examples_a_prompt_shows_give_no_partial_credit(sandbox):
 def test_a_program_that_ignores_its_input_is_the_zero_of_partial_credit(sandbox):
     # is_even on six inputs, two shown: `return False` gets 3 of the 4 hidden ones right, as
     # a table of the shown answers plus False does; neither beats an attempt that raises.
+    # (The floor is all of them: `x % 2 == 0` splitting two constants is a guess, SPLITS.)
     examples = tuple(canonical.example((x,), x % 2 == 0) for x in (2, 3, 5, 7, 9, 4))
     task = dataclasses.replace(examples_task(TaskFamily.CODEGEN, visible=2), tests=TestSuite(
         examples=examples, entry_point="clip"), visible=examples[:2])
-    assert null_credit(task.tests, 2) == 0.75
+    assert null_credit(task.tests, 2) == 1.0
     programs = ["def clip(x):\n    return False\n",
                 "def clip(x):\n    return {2: True, 3: False}.get(x, False)\n",
                 "def clip(x):\n    raise ValueError(x)\n",
@@ -331,7 +341,8 @@ def test_no_two_operations_in_a_row_earn_credit_on_any_seed_task(sandbox):
 
 # Seed programs admitted as a generator's codegen tasks with augment_inputs 8 (cpu_gemma): most
 # hidden examples are one-step mutations of the generator's inputs, neighbours of the shown ones.
-AUGMENTED = ("second_largest", "lucas", "count_change", "hanoi")
+AUGMENTED = ("second_largest", "lucas", "count_change", "hanoi", "last_index", "max_index",
+             "binary_search")
 
 
 @pytest.fixture(scope="module")
@@ -361,7 +372,9 @@ def test_a_rule_fitted_to_the_shown_examples_earns_nothing_on_their_neighbours(s
     cheats += [(t["count_change"], p) for p in table_programs(t["count_change"],
                                                                ["len(a1) + 1"])]
     found, scores = earning(sandbox, [p for _, p in cheats], [task for task, _ in cheats])
-    assert found == [] and all(s.tests_passed > 2 for s in scores), scores
+    # each passes its table at least (the nearest shown output no more on hanoi, whose kept
+    # augmented examples are those the guesses get wrong: admission.AUGMENT_POOL)
+    assert found == [] and all(s.tests_passed >= 2 for s in scores), scores
 
 
 def test_no_guess_behind_a_guard_earns_credit_on_an_augmented_task(sandbox, augmented_tasks):
@@ -389,6 +402,49 @@ def test_no_guess_behind_a_guard_earns_credit_on_an_augmented_task(sandbox, augm
     programs = [p + GUARD_HELPER for p in programs]
     assert len(programs) >= 4 * len(GUARDS)
     assert earning(sandbox, programs, owners)[0] == []
+
+
+def test_no_two_guesses_split_by_a_condition_earn_credit_on_an_augmented_task(sandbox,
+                                                                              augmented_tasks):
+    # Red-team pass 14: a table of the shown examples, then `min(xs) if target in xs else -1`
+    # earned 0.25 on last_index (and such splits 0.10-0.40 on 4 of 39 generated tasks). The
+    # family: for each condition a program splits on without reading the description
+    # (baselines.SPLITS of an argument, SPLITS2 and `==` / `in` of two), the guess that does
+    # best where it holds and the one that does best where it does not.
+    programs, owners = [], []
+    for task in augmented_tasks.values():
+        examples, shown = decoded(task), len(task.visible)
+        params = [f"a{k}" for k in range(len(examples[0][0]))]
+        conditions = [SPLITS[name].format(p) for name in SPLITS for p in params] + [
+            text.format(p, q) for text in (*SPLITS2.values(), "{0} == {1}", "{0} in {1}")
+            for p, q in itertools.permutations(params, 2)]
+        rows = guesses(examples)
+        for condition in conditions:
+            holds = [holds_on(condition, params, args) for args, _ in examples]
+
+            def best(side, holds=holds):
+                return max(rows, key=lambda name: sum(r and h == side for r, h in
+                                                      zip(rows[name][shown:], holds[shown:])))
+            a, b = (row_expression(best(side), params) for side in (True, False))
+            programs += [p + GUARD_HELPER for p in table_programs(
+                task, [f"({a}) if _holds(lambda: {condition}) else ({b})"])]
+            owners.append(task)
+    assert len(programs) >= len(AUGMENTED) * len(SPLITS)
+    assert earning(sandbox, programs, owners)[0] == []
+
+
+def holds_on(condition: str, params: list[str], args: tuple) -> bool:
+    try:
+        return eval(condition, {}, dict(zip(params, args))) is True  # noqa: S307 - our text
+    except Exception:  # noqa: BLE001 - a condition that raises does not hold
+        return False
+
+
+def row_expression(name: str, params: list[str]) -> str:
+    """A guess's row (baselines.guesses, a constant's too) as an expression."""
+    if name.startswith("const:"):
+        return repr(canonical.decode(name.removeprefix("const:")))
+    return expression(name, params)
 
 
 GUARD_HELPER = """
@@ -438,27 +494,29 @@ def test_a_run_that_ends_badly_after_every_test_passed_scores_below_one(sandbox)
 
 
 def test_examples_the_hint_lever_shows_give_no_partial_credit_either(sandbox, monkeypatch):
-    # x * x + 1 on 1..6, two visible: a table of the first four beats the best constant (one
-    # hidden right) at the task's own two, and is worth nothing once the hint lever shows three.
-    # The lever's own arithmetic, without the allowance for luck (tested on its own below).
+    # x * x + 1 on 1..10, two visible: a table of the first five beats the floor (two
+    # constants split by a condition: two hidden right) at the task's own two, and is worth
+    # nothing once the hint lever shows three. The lever's own arithmetic, without the
+    # allowance for luck (tested on its own below).
     monkeypatch.setattr(scoring, "CHANCE_SHARE", 0.0)
-    examples = tuple(canonical.example((x,), x * x + 1) for x in range(1, 7))
+    examples = tuple(canonical.example((x,), x * x + 1) for x in range(1, 11))
     task = dataclasses.replace(examples_task(TaskFamily.CODEGEN, visible=2), tests=TestSuite(
         examples=examples, entry_point="clip"), visible=examples[:2], most_shown=3)
-    table = "def clip(x):\n    return {1: 2, 2: 5, 3: 10, 4: 17}.get(x, 0)\n"
+    table = "def clip(x):\n    return {1: 2, 2: 5, 3: 10, 4: 17, 5: 26}.get(x, 0)\n"
     assert [shown_examples(task, h) for h in (None, 0, 1, 3, 100)] == [2, 0, 1, 3, 3]
     # admission's bound (None: the visible ones) caps what the lever shows
     for most, shown in ((None, 2), (2, 2), (4, 4)):
         bounded = dataclasses.replace(task, most_shown=most)
         assert shown_examples(bounded, 100) == shown
     (result,) = sandbox.check_many([table], [task.tests])
-    assert result.tests_passed == 4
+    assert result.tests_passed == 5
 
     def value(hints):
         return score(candidate(table, 0, "clip"), result, task, hints).value
 
-    # one shown: the table gets 3 of 5 hidden, the floor 2 (5 where x < 3, and one guess)
-    assert [round(value(h), 4) for h in (None, 3, 1)] == [0.3333, 0.0, 0.3333]
+    # two shown: 3 of 8 hidden against the floor's 2; three: 2 of 7 against 2; one: 4 of 9
+    # against 2
+    assert [round(value(h), 4) for h in (None, 3, 1)] == [0.1667, 0.0, 0.2857]
 
 
 def test_a_repair_is_right_or_it_is_not(sandbox):

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+from spade_ray.evaluation.baselines import null_credit
 from spade_ray.execution import canonical
 from spade_ray.records import ExecResult, ExecStatus, Limits, TaskFamily, TaskSource
+from spade_ray.tasks import admission
 from spade_ray.tasks.admission import AdmissionConfig, admit
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.driver import DRIVER, answers, driver_limits, job
@@ -392,6 +394,21 @@ def test_augmented_inputs_kill_mutants_the_generators_own_miss(sandbox):
     assert verdict(sandbox, p).reason == "weak_examples"
     v = verdict(sandbox, p, config=AUGMENT)
     assert v.valid and v.mutation_score > verdict(sandbox, p).mutation_score
+
+
+def test_the_augmented_inputs_kept_leave_the_floor_lower_than_those_drawn_first(sandbox,
+                                                                               monkeypatch):
+    # last index of t in xs, or -1: most one-step changes of an input miss t or keep the
+    # answer, and the floor's guesses (-1, len(xs) - 1, the nearest shown output) get them right
+    p = proposal("def last_index(xs: list, t: int) -> int:\n    for i in range(len(xs) - 1, -1, "
+                 "-1):\n        if xs[i] == t:\n            return i\n    return -1",
+                 "last_index([1, 2, 3, 2], 2)\nlast_index([5, 5, 5], 5)\nlast_index([4, 1], 7)\n"
+                 "last_index([3, 1, 3, 1, 2], 3)")
+    kept = verdict(sandbox, p, config=AUGMENT).task
+    monkeypatch.setattr(admission, "AUGMENT_POOL", 1)  # the first ones drawn, as before
+    drawn = verdict(sandbox, p, config=AUGMENT).task
+    assert len(kept.tests.examples) == len(drawn.tests.examples) == 12
+    assert null_credit(kept.tests, 2) < null_credit(drawn.tests, 2)
 
 
 def test_a_reference_that_forgot_an_import_is_admitted_with_it(sandbox):
