@@ -34,6 +34,7 @@ from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.stages import CapReached, GeneratedChunk, GeneratorRewards, Scored, Solutions
 from spade_ray.tasks.control import task_diversity
 from spade_ray.tracking import MetricsSink, Progress, TraceStore, Versions
+from spade_ray.tracking.metrics import rejection_label
 
 
 class Recorder:
@@ -134,7 +135,10 @@ class RoundRecord:
         self.timed("validate_tasks", chunk.validate_s)
         self.sandbox_cpu_s += sum(v.cpu_s for v in chunk.admitted)
         self.proposed += len(chunk.inputs)
-        self.rejections.update(i.outcome for i in chunk.inputs if i.outcome != "admitted")
+        # counted by label (`unbound`, not `unbound:<the model's name>`); the trace's
+        # generator_inputs rows keep the whole reason (red-team pass 15, F8)
+        self.rejections.update(rejection_label(i.outcome) for i in chunk.inputs
+                               if i.outcome != "admitted")
         self.new_tasks += chunk.valid_tasks
         self.progress.advance(generated=len(chunk.inputs))
 

@@ -23,8 +23,10 @@ from spade_ray.records import (
     TestSuite,
 )
 from spade_ray.rollout.sampling import TokenMeter
+from spade_ray.tasks.static import static_reason
 from spade_ray.tasks.templates import load_prompts
 from spade_ray.tracking import MetricsSink, TraceStore, Versions
+from spade_ray.tracking.metrics import wandb_payload
 from tests.scripted import run_scripted
 from tests.tracking import factories as f
 
@@ -194,6 +196,19 @@ def test_a_predict_task_split_between_two_answers_pays_its_generator_no_band_rew
 def chunk_with(items) -> stages.GeneratedChunk:
     return stages.GeneratedChunk(work=(("lists", "codegen"),), inputs=tuple(items), admitted=(),
                                  generate_s=0.0, validate_s=0.0)
+
+
+def test_outputs_rejected_for_names_they_wrote_add_one_metric_key(record):
+    # red-team pass 15, F8: 201 outputs with 201 free names made 201 W&B keys
+    reasons = [static_reason(f"def f(x):\n    return x + ǅ{i}ﬁ_payload_{i}\n") for i in range(20)]
+    record.generated(chunk_with(dataclasses.replace(f.generator_input(i), outcome=reason,
+                                                    task_id=None)
+                                for i, reason in enumerate(reasons)))
+    meters = {"generator": TokenMeter("generator"), "solver": TokenMeter("solver")}
+    metrics = record.metrics(None, 0, None, meters, 1.0)
+    assert metrics.rejection_reasons == (("unbound", 20),)
+    assert [k for k in wandb_payload(metrics) if k.startswith("rejections/")] == [
+        "rejections/unbound"]
 
 
 def test_generator_rewards_become_pairs_traced_with_their_role(record):

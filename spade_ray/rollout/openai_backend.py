@@ -20,6 +20,8 @@ which raise PromptTooLong; the server's context is not known here).
 `min_p` goes in the request body as vLLM's and SGLang's servers take it; OpenAI's own API has
 no such parameter and refuses the request, which then fails with the server's message.
 
+Texts from the server are made valid Unicode (`valid_text`) before they leave the backend.
+
 Non-goals: the weights behind an API are not ours: update_weights raises ReadOnlyBackend and
 weights_version stays 0. No streaming, no tool calls.
 """
@@ -129,7 +131,7 @@ class OpenAIBackend:
         if usage is None:
             raise RolloutError(f"the server at {self.base_url} sent no token usage; spade-ray "
                                "meters tokens per role and needs it")
-        cut = [cut_at_stop(text, sampling.stop) for _, text, _ in choices]
+        cut = [cut_at_stop(valid_text(text), sampling.stop) for _, text, _ in choices]
         counts = _split_usage(usage.completion_tokens, [reason for _, _, reason in choices],
                               [len(text) for text, _ in cut], sampling.max_tokens)
         # "length" is the only truncation; EOS, a stop string, a content filter all end it.
@@ -146,6 +148,19 @@ class OpenAIBackend:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.client.close()
+
+
+def valid_text(text: str) -> str:
+    """`text` as valid Unicode, which UTF-8 (the trace, the dataset export, W&B) can encode. The
+    server's JSON may carry `\\ud800` escapes, which decode to lone surrogates: one completion
+    holding one made TraceStore.record_* and save_dataset raise UnicodeEncodeError (red-team
+    pass 15, F9; the hf and vllm backends decode tokens and never make one). A lone surrogate
+    becomes U+FFFD; two that form a pair become their character."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def _server_message(e: Any) -> str:

@@ -13,6 +13,7 @@ import enum
 from collections.abc import Iterable
 
 from spade_ray.records import RoundMetrics
+from spade_ray.tracking.query import printable
 
 EXAMPLES = 2  # examples shown per count
 
@@ -123,8 +124,10 @@ def group_counts(items: Iterable[tuple[str, Example]]) -> tuple[Count, ...]:
 
 
 def one_line(text: str, width: int = 80) -> str:
-    """`text` on one line (newlines shown as \\n), cut to `width` with '…'."""
-    flat = text.strip().replace("\n", "\\n")
+    """`text` on one line, safe for a terminal (`printable`: newlines shown as \\n, ESC as
+    \\x1b ...), cut to `width` with '…'."""
+    # escaping never shortens a text: its first width + 1 characters decide the cut
+    flat = printable(text.strip()[:width + 1])
     return flat if len(flat) <= width else flat[:width - 1] + "…"
 
 

@@ -1,7 +1,9 @@
 """The two outputs of `spade-ray diagnose` (see diagnose.py): the human-readable report and one
 JSON object (the Diagnosis as data, plus its exit code).
 
-Scope: formatting a finished Diagnosis. Non-goals: deciding any verdict, printing (cli.py does).
+Scope: formatting a finished Diagnosis, every line through `query.printable` (red-team pass 15,
+F2: model text must not reach the operator's terminal as control sequences). Non-goals: deciding
+any verdict, printing (cli.py does).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 
 from spade_ray.records import to_dict
 from spade_ray.tracking.diagnose_findings import Diagnosis, Level, round_span
+from spade_ray.tracking.query import printable
 
 
 def format_diagnosis(d: Diagnosis) -> str:
@@ -36,7 +39,9 @@ def format_diagnosis(d: Diagnosis) -> str:
     out.append(f"verdict: {'FAIL' if failed else 'OK'} ({len(d.checks)} checks, "
                f"{len(failed)} failed, {warned} warnings)" + (f": {'; '.join(failed)}"
                                                             if failed else ""))
-    return "\n".join(out)
+    # Each entry is one line, and ids, labels, reasons and notes hold model or trace text too
+    # (an outcome names a free variable, a topic): a terminal acts on none of it (F2).
+    return "\n".join(map(printable, out))
 
 
 def diagnosis_json(d: Diagnosis) -> str:

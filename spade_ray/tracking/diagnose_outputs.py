@@ -1,7 +1,9 @@
 """Sections 1 and 2 of `spade-ray diagnose` (see diagnose.py): what the generator and the
 solver produced.
-  tasks        generator outputs by outcome and family; task rows, valid or why not; admitted
-               outputs without a valid task row (FAIL), attempted tasks without a row (WARN)
+  tasks        generator outputs by outcome (counted by `metrics.rejection_label`: a name the
+               model wrote shows in the examples, not in the labels) and family; task rows,
+               valid or why not; admitted outputs without a valid task row (FAIL), attempted
+               tasks without a row (WARN)
   candidates   each candidate's class (`classify`: what the grader saw first, then how the run
                ended, then what the tests said); missing execution / score rows, suspected hacks,
                the share of candidates that do not parse
@@ -28,6 +30,7 @@ from spade_ray.tracking.diagnose_findings import (
     one_line,
 )
 from spade_ray.tracking.diagnose_run import RunTrace
+from spade_ray.tracking.metrics import rejection_label
 from spade_ray.tracking.schema import GeneratorInput
 
 ADMITTED = "admitted"  # generator_inputs.outcome of an output that became a task
@@ -56,11 +59,12 @@ def classify(check: CheckResult) -> FailureClass:
 
 
 def tasks_section(trace: RunTrace) -> Section:
-    outputs = group_counts((o.outcome, Example(f"r{r}/output{o.index}",
-                                               f"[{o.family}] {one_line(o.completion.text)}"))
-                           for r, o in trace.inputs)
-    tasks = group_counts(("valid" if t.valid else f"invalid: {t.reason}",
+    outputs = group_counts((rejection_label(o.outcome), Example(
+        f"r{r}/output{o.index}", f"[{o.family}] {_named(o.outcome)}{one_line(o.completion.text)}"))
+        for r, o in trace.inputs)
+    tasks = group_counts(("valid" if t.valid else f"invalid: {rejection_label(t.reason)}",
                           Example(t.task.task_id, f"r{r} {t.task.family.value}/{t.task.topic}: "
+                                                  f"{'' if t.valid else _named(t.reason)}"
                                                   f"{one_line(t.task.description)}"))
                          for r, t in trace.tasks)
     outputs = tuple(sorted(outputs, key=lambda c: -c.count))  # the common outcomes first
@@ -68,10 +72,16 @@ def tasks_section(trace: RunTrace) -> Section:
                    (_admitted_check(trace), _candidate_tasks_check(trace)))
 
 
+def _named(reason: str) -> str:
+    """An example's reason when its count's label drops the name in it (`unbound:<name>` is
+    counted as `unbound`: metrics.rejection_label), so the example still shows the name."""
+    return "" if rejection_label(reason) == reason else f"{one_line(reason, 40)}: "
+
+
 def _family_notes(inputs: Sequence[tuple[int, GeneratorInput]]) -> tuple[str, ...]:
     by_family: dict[str, Counter[str]] = defaultdict(Counter)
     for _, o in inputs:
-        by_family[o.family][o.outcome] += 1
+        by_family[o.family][rejection_label(o.outcome)] += 1
     notes = []
     for family, outcomes in sorted(by_family.items()):
         rejected = [(k, n) for k, n in outcomes.most_common() if k != ADMITTED]

@@ -38,6 +38,17 @@ log = logging.getLogger(__name__)
 
 WANDB_MODES = ("offline", "online", "disabled")
 
+# Rejection reasons whose suffix is a name the generator wrote: tasks/static.py's
+# `unbound:<free name>` and `forbidden:<module, attribute, def or dunder name>` (its few fixed
+# suffixes, `forbidden:type` or `forbidden:global`, are counted under `forbidden` too), and
+# tasks/guesses.py's guesses named after one of the task's parameters,
+# `trivial_passes:echo_<param>` and `trivial_passes:item_<param>`. Every other reason is one of
+# our fixed labels (`module_code`, `trivial_passes:lookup`, `signature:default`,
+# `validation_twin:<validation problem id>`, `stage_failed:<stage>:<exception class>`) and is
+# counted as it is.
+NAMED_KINDS = frozenset({"unbound", "forbidden"})
+PARAMETER_GUESSES = ("echo_", "item_")
+
 
 class MetricsSink:
     """Where round metrics go: a JSON-lines file, W&B and plots (see the module docstring)."""
@@ -157,6 +168,20 @@ def wandb_run_id(run_id: str) -> str:
         return safe
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]  # keeps distinct ids distinct
     return f"{safe[:55]}-{digest}"
+
+
+def rejection_label(reason: str) -> str:
+    """The label a rejection reason is counted under (RoundMetrics, W&B keys, the round line,
+    diagnose's counts): the reason without a name the model wrote, so the model cannot choose
+    how many metric keys a run has or what they are called (red-team pass 15, F8: 201 outputs
+    with 201 free names gave 201 `rejections/unbound:<name>` W&B keys). The trace's rows keep
+    the whole reason."""
+    kind, _, rest = reason.partition(":")
+    if kind in NAMED_KINDS:
+        return kind
+    if kind == "trivial_passes" and rest.startswith(PARAMETER_GUESSES):
+        return f"{kind}:{rest.split('_', 1)[0]}"
+    return reason
 
 
 def wandb_payload(m: RoundMetrics) -> dict[str, float]:

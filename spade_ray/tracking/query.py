@@ -2,7 +2,8 @@
 
 Every function opens the file read-only (`file:...?mode=ro`, plus `PRAGMA query_only` and no
 ATTACH), so a query can never change a trace, even one a live run is writing (WAL lets readers
-and the writer proceed together). Each returns (rows, columns); `format_table` prints them.
+and the writer proceed together). Each returns (rows, columns); `format_table` prints them,
+through `printable`, the one escape every terminal view of model text uses (diagnose too).
 Non-goals: writing, pruning (trace.py), plots (plots.py).
 
 Schema (SQLite). Every table starts with the stamp
@@ -223,7 +224,9 @@ def list_candidates(db: str | Path, task_id: str,
 
 
 def format_table(rows: Rows, columns: Sequence[str], max_width: int = 48) -> str:
-    """A plain-text table; long cells are cut with '…', newlines shown as '\\n'."""
+    """A plain-text table; long cells are cut with '…', newlines and every other character a
+    terminal would act on shown as escapes (`printable`)."""
+    columns = [printable(c) for c in columns]  # a `trace sql` column is named by its expression
     cells = [[_cell(v, max_width) for v in row] for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     numeric = [all(isinstance(r[i], (int, float)) or r[i] is None for r in rows) and bool(rows)
@@ -244,6 +247,34 @@ def _cell(value: Any, max_width: int) -> str:
         text = ""
     elif isinstance(value, float):
         text = f"{value:.4g}"
-    else:
-        text = str(value).replace("\n", "\\n")
+    else:  # escaping never shortens a text: its first max_width + 1 characters decide the cut
+        text = printable(str(value)[:max_width + 1])
     return text if len(text) <= max_width else text[:max_width - 1] + "…"
+
+
+# Escapes shorter than \xNN for the controls code is full of.
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """`text` as it is safe to show on a terminal: each character `str.isprintable` refuses is
+    shown as its escape (`\\n`, `\\x1b`, `\\u202e`, `\\U000e0041`); everything else, non-ASCII
+    letters included, is kept. Refused are the C0 and C1 controls (ESC starts the CSI / OSC
+    sequences that clear a screen, hide text, set a title or write the clipboard; CR and BEL),
+    the format characters (bidi controls U+202A-202E and U+2066-2069, zero-width U+200B-200F,
+    U+FEFF, tag characters), U+2028/2029 and other separators but the space, surrogates,
+    private-use and unassigned code points. Red-team pass 15, F2: a 57-character generator
+    output printed raw by `diagnose` cleared the screen, printed a fake `verdict: OK` and hid
+    the real FAIL lines. A backslash is not escaped, so `\\x1b` written as text and an escaped
+    ESC look alike: the output is for reading, never for parsing back."""
+    if text.isprintable():  # the common case, at C speed
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+def _escape(ch: str) -> str:
+    if ch in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[ch]
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else (
+        f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")

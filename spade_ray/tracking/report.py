@@ -10,7 +10,10 @@ per round, drawn by the same `plots.round_charts` specs as run_dir/plots but as 
 as data: URIs; the collapse events; the task family and topic mix per round; sample tasks (admitted
 generated tasks with their reference and their best and worst candidate). Every text from the run
 is HTML-escaped, and the page's Content-Security-Policy allows no script and no network fetch, so
-it opens offline and a task's text can never run in the reader's browser.
+it opens offline and a task's text can never run in the reader's browser. Characters that escaping
+leaves alone but that hide or reorder what the reader sees (bidi and zero-width controls, C0 / C1
+controls but newline and tab) are shown as ⟨U+XXXX⟩ markers, so the code on the page reads as the
+code that ran.
 Non-goals: interactivity, cross-run comparison (W&B does that), serving the page.
 """
 
@@ -62,6 +65,7 @@ pre { background: #f6f6f6; padding: 6px; white-space: pre-wrap; overflow-wrap: a
 .task { border: 1px solid #ddd; padding: 0 1em 0.6em; margin: 1em 0; }
 .pair { display: flex; gap: 1em; } .pair > div { flex: 1; min-width: 0; }
 .empty { color: #777; font-style: italic; }
+.ctl { color: #b00000; background: #fde0e0; font-size: 0.85em; }
 """
 
 
@@ -158,7 +162,7 @@ def render_report(rows: Sequence[Row], samples: Sequence[SampleTask], trace_note
     ]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
-            f"<title>spade-ray report: {_e(title)}</title><style>{_STYLE}</style></head>\n"
+            f"<title>spade-ray report: {_e_plain(title)}</title><style>{_STYLE}</style></head>\n"
             f"<body>\n{''.join(body)}</body></html>\n")
 
 
@@ -248,8 +252,9 @@ def _charts(charts: Mapping[str, Chart], stems: Sequence[str]) -> str:
             figures.append(f"<p class='empty'>{_e(chart.title)}: none recorded</p>")
             continue
         svg = base64.b64encode(render(chart, "svg")).decode("ascii")
-        figures.append(f'<figure id="chart-{stem}"><img class="chart" alt="{_e(chart.title)}" '
-                       f'width="600" height="350" src="data:image/svg+xml;base64,{svg}"></figure>')
+        figures.append(f'<figure id="chart-{stem}"><img class="chart" '
+                       f'alt="{_e_plain(chart.title)}" width="600" height="350" '
+                       f'src="data:image/svg+xml;base64,{svg}"></figure>')
     return f"<div class='charts'>{''.join(figures)}</div>\n"
 
 
@@ -292,7 +297,7 @@ def _sample_html(s: SampleTask) -> str:
         (name, c, c.code) for name, c in ends if c is not None]
     cells = "".join(f"<div><h4>{_e(name)}{_candidate_facts(c)}</h4><pre><code>{_e(code)}"
                     f"</code></pre></div>" for name, c, code in programs)
-    return (f"<article class='task'><h3>round {s.round} · {_e(s.family)} / {_e(s.topic)} · "
+    return (f"<article class='task'><h3>round {_e(s.round)} · {_e(s.family)} / {_e(s.topic)} · "
             f"{_e(s.task_id)}</h3><p>{_e(solved)}</p><p>{_e(s.description)}</p>"
             f"<div class='pair'>{cells}</div></article>\n")
 
@@ -323,5 +328,26 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+# Kept as they are: the layout of code in <pre>, and nothing a browser hides or reorders.
+_LAYOUT = frozenset("\n\t")
+
+
 def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """`value` as HTML element content: escaped, and each character `str.isprintable` refuses
+    (newline and tab aside) shown as a red ⟨U+XXXX⟩ marker. html.escape leaves those alone, and
+    bidi overrides (U+202A-202E, U+2066-2069) make the page show code in another order than the
+    one that ran ("Trojan Source"), zero-width ones (U+200B-200F, U+FEFF) hide characters:
+    red-team pass 15, F7."""
+    return _marked(html.escape(str(value), quote=True), '<span class="ctl">⟨U+{:04X}⟩</span>')
+
+
+def _e_plain(value: Any) -> str:
+    """`_e` for an attribute value or the <title>, where markup is not parsed: bare markers."""
+    return _marked(html.escape(str(value), quote=True), "⟨U+{:04X}⟩")
+
+
+def _marked(text: str, marker: str) -> str:
+    if text.isprintable():  # the common case, at C speed
+        return text
+    return "".join(ch if ch.isprintable() or ch in _LAYOUT else marker.format(ord(ch))
+                   for ch in text)

@@ -7,12 +7,14 @@ too. Tests that need no server (a server that is down, read-only weights) run ev
 """
 
 import dataclasses
+import http.server
 import importlib.util
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -29,7 +31,7 @@ from spade_ray.rollout.backend import (  # noqa: E402
     ServerUnavailable,
 )
 from spade_ray.rollout.models import build_tiny_model  # noqa: E402
-from spade_ray.rollout.openai_backend import OpenAIBackend  # noqa: E402
+from spade_ray.rollout.openai_backend import OpenAIBackend, valid_text  # noqa: E402
 
 CONTEXT = 128  # the server's --max-model-len
 KEY_ENV, KEY = "SPADE_TEST_OPENAI_KEY", "spade-test-key"
@@ -202,3 +204,45 @@ def test_update_weights_is_refused_and_the_version_stays_zero():
     assert api.weights_version == 0
     api.close()
 
+
+
+class LoneSurrogateServer(http.server.BaseHTTPRequestHandler):
+    """A completions endpoint whose text holds a `\\ud800` JSON escape: valid JSON that decodes
+    to a lone surrogate, which any OpenAI-compatible server may send (red-team pass 15, F9)."""
+
+    BODY = (b'{"id": "c0", "object": "text_completion", "created": 0, "model": "tiny", '
+            b'"choices": [{"index": 0, "text": "a\\ud800b", "finish_reason": "stop", '
+            b'"logprobs": null}], '
+            b'"usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}}')
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.BODY)))
+        self.end_headers()
+        self.wfile.write(self.BODY)
+
+    def log_message(self, *args) -> None:  # keep the test output clean
+        pass
+
+
+@pytest.fixture
+def lone_surrogate_url():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), LoneSurrogateServer)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_lone_surrogate_from_the_server_leaves_the_backend_as_utf8_text(lone_surrogate_url):
+    api = OpenAIBackend(lone_surrogate_url, "tiny", max_retries=0, timeout_s=10)
+    [[completion]] = api.generate(["x"], SamplingParams(max_tokens=4, temperature=1.0))
+    api.close()
+    assert completion.text == "a\ufffdb"
+
+
+def test_valid_text_joins_a_surrogate_pair_and_replaces_each_lone_one():
+    assert valid_text("\ud83d\ude00 \ud800\udbff x") == "\U0001f600 \ufffd\ufffd x"

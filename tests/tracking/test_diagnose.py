@@ -91,6 +91,18 @@ def test_the_sections_count_what_the_trace_holds(run_dir):
             d.section("training").count("generator pairs")) == (1, 1)
 
 
+def test_outputs_rejected_for_names_they_wrote_are_one_count_whose_examples_name_them(
+        tmp_path):
+    outputs = [dataclasses.replace(f.generator_input(i), outcome=f"unbound:name{i}",
+                                   task_id=None) for i in range(5)]
+    with TraceStore(tmp_path / "trace.sqlite", "run") as store:
+        store.record_generator_inputs(0, outputs, V)
+    (count,) = diagnose(load_run(tmp_path)).section("tasks").counts
+    assert (count.label, count.count) == ("unbound", 5)
+    assert [e.excerpt.split(":", 2)[:2] for e in count.examples] == [
+        ["[codegen] unbound", "name0"], ["[codegen] unbound", "name1"]]
+
+
 def test_a_tampered_score_fails_evaluator_consistency_and_exits_1(run_dir, capsys):
     with sqlite3.connect(run_dir / "trace.sqlite") as db:
         db.execute("UPDATE scores SET passed=0 WHERE candidate_id='t0/0'")

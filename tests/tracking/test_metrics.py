@@ -8,10 +8,13 @@ import time
 import pytest
 
 from spade_ray.records import GateSignal, UpdateStatus, WarmStart, to_dict
+from spade_ray.tasks.guesses import null_solvers
+from spade_ray.tasks.static import static_reason
 from spade_ray.tracking import MetricsSink, TraceStore, Versions, summary_table
 from spade_ray.tracking.metrics import (
     load_metric_rows,
     load_metrics,
+    rejection_label,
     wandb_payload,
     wandb_run_id,
 )
@@ -242,6 +245,32 @@ def test_metric_rows_keep_fields_this_version_does_not_know(tmp_path):
     line = {**to_dict(f.metrics(0)), "from_the_future": [1]}
     (tmp_path / "metrics.jsonl").write_text(json.dumps(line) + "\n" + '{"round": "x"}\n')
     assert load_metric_rows(tmp_path / "metrics.jsonl") == [line]
+
+
+@pytest.mark.parametrize("reference, kind", [
+    ("def f(x):\n    return x + ǅ0ﬁ_payload\n", "unbound"),
+    ("def f(x):\n    import socket\n    return x\n", "forbidden"),
+    ("def f(x):\n    return x.__class__\n", "forbidden"),
+    ("def f(x):\n    return '__my_own_name__'\n", "forbidden"),
+])
+def test_a_reason_naming_what_the_model_wrote_is_counted_under_its_kind(reference, kind):
+    reason = static_reason(reference)
+    assert reason.startswith(f"{kind}:") and rejection_label(reason) == kind
+
+
+def test_a_guess_named_after_a_parameter_is_counted_without_the_name():
+    echoes = [f"trivial_passes:{name}" for name in null_solvers("def f(secret, other):")
+              if name.startswith("echo_")]
+    assert {rejection_label(r) for r in [*echoes, "trivial_passes:item_secret"]} == {
+        "trivial_passes:echo", "trivial_passes:item"}
+
+
+@pytest.mark.parametrize("reason", ["module_code", "trivial_passes:lookup",
+                                    "trivial_passes:few_valued", "trivial_passes:always_equal",
+                                    "signature:default", "validation_twin:HumanEval/3",
+                                    "stage_failed:solve:RuntimeError"])
+def test_our_own_fixed_reasons_are_counted_as_they_are(reason):
+    assert rejection_label(reason) == reason
 
 
 def test_summary_table_has_a_row_per_round_and_the_top_rejections():

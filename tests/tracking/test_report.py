@@ -25,7 +25,7 @@ from PIL import Image
 from spade_ray.records import RoundState, to_dict
 from spade_ray.tracking import TraceStore, Versions
 from spade_ray.tracking.plots import DEFAULT_DIFFICULTY_BAND, round_charts
-from spade_ray.tracking.report import render_report, sample_tasks, write_report
+from spade_ray.tracking.report import SampleTask, render_report, sample_tasks, write_report
 from tests.tracking import factories as f
 
 V = Versions(generator=1, solver=1)
@@ -117,6 +117,35 @@ def test_task_text_is_html_escaped(report):
     page = report.read_text()
     assert "<script" not in page
     assert "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt; &amp; sum" in page
+
+
+# Trojan Source: the page would show `# admin` inside the string and a comment `harmless`
+TROJAN = ("def f(x):\n\ts = 'user\u202e \u2066# admin\u2069 \u2066'  # \u202eharmless\u200b\n"
+          "    return x\ufeff\x1b[8m\n")
+
+
+def _sample(**changes) -> SampleTask:
+    return SampleTask(**{**dict(round=0, task_id="t0", family="codegen", topic="arith",
+                                description="add", reference="def f(x):\n    return x\n",
+                                candidates=0, pass_rate=None, best=None, worst=None), **changes})
+
+
+def test_bidi_and_invisible_controls_in_code_reach_the_page_only_as_markers():
+    page = render_report([], [_sample(reference=TROJAN)])
+    assert [ch for ch in page if not ch.isprintable() and ch not in "\n\t"] == []
+    assert ("<pre><code>def f(x):\n\ts = &#x27;user<span class=\"ctl\">⟨U+202E⟩</span> "
+            '<span class="ctl">⟨U+2066⟩</span># admin') in page
+
+
+def test_a_control_in_the_run_id_is_a_bare_marker_in_the_title():
+    page = render_report([], [], title="run\u202e1")
+    assert "<title>spade-ray report: run⟨U+202E⟩1</title>" in page
+
+
+def test_a_round_that_is_not_a_number_is_escaped():
+    # SQLite keeps a text in an INTEGER column: a crafted trace.sqlite sets it (pass 15, F10)
+    page = render_report([], [_sample(round='<a href="https://example.invalid/">click</a>')])
+    assert "<a href" not in page and "round &lt;a href=&quot;https://example.invalid/" in page
 
 
 def test_sample_task_shows_reference_and_best_and_worst_candidate(report):
