@@ -23,7 +23,7 @@ import textwrap
 from spade_ray.evaluation import scoring
 from spade_ray.execution import MAX_CODE_BYTES, canonical
 from spade_ray.records import IOExample, Task, TaskFamily
-from spade_ray.tasks.format import call_text
+from spade_ray.tasks.format import call_text, shown_program
 from spade_ray.tasks.imports import with_missing_imports
 from spade_ray.tasks.making import PREDICT_ENTRY
 from spade_ray.tasks.templates import PromptTemplate, render
@@ -58,21 +58,10 @@ def fields(task: Task, hints: int | None = None) -> dict[str, str]:
                           for e in shown_examples(task, hints))
         shown = f"Examples:\n{shown}" if shown else ""
     return {"description": task.description, "signature": task.signature, "shown": shown,
-            "buggy": (task.buggy or "").rstrip(), "program": shown_program(task.reference)}
-
-
-def shown_program(reference: str) -> str:
-    """A program as a predict prompt shows it: without its comments and its strings that are
-    statements (docstrings), where a generator could write the answer (red-team pass 10
-    admitted `# mix2(123) == 1784`; admission's guesses read the strings that are left)."""
-    tree = ast.parse(reference)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list):
-            kept = [s for s in body if not (isinstance(s, ast.Expr)
-                                            and isinstance(s.value, ast.Constant))]
-            node.body = kept or [ast.Pass()]
-    return ast.unparse(tree)
+            # a bug is the reference mutated, its docstrings written back by ast.unparse: a
+            # forged `### Fixed` section in one showed the fix (red-team pass 15, F6)
+            "buggy": shown_program(task.buggy) if task.buggy else "",
+            "program": shown_program(task.reference)}
 
 
 def shown_examples(task: Task, hints: int | None) -> tuple[IOExample, ...]:

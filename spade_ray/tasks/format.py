@@ -28,13 +28,22 @@ function. Parsing is strict about everything else and says what is wrong with a 
 countable reason; it never guesses code. A reference must also be something the host can work
 on: one that nests deeper than MAX_AST_DEPTH is `reference_too_deep`, and one Python cannot
 write back as text (a non-printable character in an f-string's expression) `reference_syntax`.
+
+Later prompts show what the generator wrote, so nothing it writes may become the frame of
+another prompt: lines end with "\n" (or "\r\n") only, and a text that breaks one with any other
+line separator is `line_separator`; the signature is rebuilt from the def's syntax tree, never
+the line as written; and a program is shown (`shown_program`) as ast.unparse writes it, without
+its comments and string statements: every line of it is then code.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
+import io
 import re
+import tokenize
 from collections.abc import Hashable
 from typing import Any
 
@@ -51,6 +60,13 @@ MAX_CALL_LINES = 8  # a call written over more lines than this is not read as on
 # Python's recursion limit fails at ~250 nested terms (`-` * 260 + `a`, a sum of 250 terms);
 # hand-written code stays far below this.
 MAX_AST_DEPTH = 60
+# The line separators of str.splitlines() other than "\n" and "\r\n". The generator's stop
+# strings ("\n### END", conf/model/*.yaml) and the prompts' sections are "\n"-separated, so a
+# reference that broke its lines with one of these got past the stop strings; the parser, which
+# split with splitlines() and joined with "\n", then stored real `### END` / `### Topic` lines,
+# and every later generator prompt taking the task as an exemplar showed a forged entry
+# (red-team pass 15, F3).
+_OTHER_LINE_BREAK = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _CALL_START = re.compile(r"^[A-Za-z_]\w*\(")
 
 
@@ -69,7 +85,8 @@ class Proposal:
     description: str
     reference: str  # the program; defines `entry_point` at top level
     entry_point: str
-    signature: str  # the entry point's def line, e.g. "def add(a: int, b: int) -> int:"
+    signature: str  # the entry point's def line rebuilt from its syntax tree (_signature),
+    # e.g. "def add(a: int, b: int) -> int:"
     inputs: tuple[tuple[Any, ...], ...]  # argument tuples in the order written, distinct
     # (by input_key: the same input retyped is one)
     calls: tuple[str, ...]  # the input lines as written (inputs[i] is calls[i] evaluated;
@@ -77,10 +94,17 @@ class Proposal:
 
 
 def parse_proposal(text: str) -> Proposal:
+    text = text.replace("\r\n", "\n")
     sections = _unlabelled(_sections(text))
     missing = [s for s in SECTIONS if not sections.get(s, "").strip()]
     if missing:
         raise TaskFormatError("missing_section", f"no {', '.join(missing)} section")
+    # After missing_section: a text that is no task is counted as that, whatever it holds (the
+    # tiny test model samples bytes, any of them: its outputs stay `missing_section`).
+    if found := _OTHER_LINE_BREAK.search(text):
+        raise TaskFormatError("line_separator", f"character {found.start()} is {found[0]!r}, a "
+                              "line break other than '\\n'; lines may end with '\\n' or "
+                              "'\\r\\n' only")
     description = " ".join(sections["Description"].split())
     reference = sections["Reference"].strip("\n") + "\n"
     try:
@@ -99,7 +123,7 @@ def parse_proposal(text: str) -> Proposal:
     if not functions:
         raise TaskFormatError("no_function", "the reference defines no top-level function")
     entry_point, calls, inputs = _inputs(sections["Inputs"], functions)
-    signature = _signature(reference, functions[entry_point])
+    signature = _signature(functions[entry_point])
     return Proposal(description, reference, entry_point, signature, inputs, calls)
 
 
@@ -121,12 +145,13 @@ def inputs_frame(text: str) -> str | None:
     the text up to the end of its reference plus the start of the Inputs section, a call of its
     first function (`...\nInputs:\nf(`), for the model to continue. None when the output is
     broken before that (nothing to continue) or already has its inputs."""
+    text = text.replace("\r\n", "\n")
     try:
         parse_proposal(text)
         return None
     except TaskFormatError as e:
-        if e.reason not in FRAME_REASONS:
-            return None
+        if e.reason not in FRAME_REASONS or _OTHER_LINE_BREAK.search(text):
+            return None  # refused whatever follows (line_separator): nothing to continue
     sections = _unlabelled(_sections(text))
     if not sections.get("Description", "").strip() or not sections.get("Reference", "").strip():
         return None
@@ -153,32 +178,53 @@ def call_text(entry_point: str, args: tuple[Any, ...]) -> str:
     return f"{entry_point}({', '.join(map(repr, args))})"
 
 
-def _signature(reference: str, node: ast.FunctionDef) -> str:
-    """The entry point's def line as written when it is a whole header on one line ending with
-    ':', else the same header on one line (a def over several lines, Black's style for long
-    signatures, or one with a comment after its colon): the solver's prompt ends with it, and a
-    candidate is it plus the lines the model writes below."""
-    line = reference.splitlines()[node.lineno - 1].rstrip()
-    if line.startswith("def ") and line.endswith(":") and _is_header(line):
-        return line
-    returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
-    return f"def {node.name}({ast.unparse(node.args)}){returns}:"
+def _signature(node: ast.FunctionDef) -> str:
+    """The entry point's def line on one line, rebuilt from its syntax tree (name, parameters,
+    defaults, annotations): the solver's prompt ends with it, and a candidate is it plus the
+    lines the model writes below. Never the line as written: a comment after its colon that
+    itself ends with ':' (`def f(x):  # ### Solution: ...:`) made it a whole header, kept into
+    every solver prompt and candidate of the task (red-team pass 15, F5)."""
+    header = copy.copy(node)  # without its body and decorators; type parameters (3.12) stay
+    header.body, header.decorator_list, header.type_comment = [ast.Pass()], [], None
+    return ast.unparse(header).split("\n", 1)[0]
 
 
-def _is_header(line: str) -> bool:
-    """Whether `line` is a whole def header: one that ends with a colon inside a comment
-    (`def f(a,  # the base:`) or inside an annotation's dict is only its first line."""
+def shown_program(reference: str) -> str:
+    """A program as prompts show it (a predict task's program, a repair task's bug, a generator
+    exemplar's reference): ast.unparse without its comments and its strings that are statements
+    (docstrings). Those were where a generator wrote a predict answer (red-team pass 10 admitted
+    `# mix2(123) == 1784`; admission's guesses read the strings that are left) and forged lines
+    of a prompt's frame: `### END`, `### Topic`, a repair prompt's `### Fixed` (red-team pass
+    15, F3 and F6). Every other string ast.unparse writes on one line, escaped."""
+    tree = ast.parse(reference)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            kept = [s for s in body if not (isinstance(s, ast.Expr)
+                                            and isinstance(s.value, ast.Constant))]
+            node.body = kept or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def only_code(program: str) -> bool:
+    """Whether every line of `program` is code: no comment, no string statement (docstring)
+    and no literal that spans lines, the places a line of a prompt's frame can hide in."""
     try:
-        ast.parse(line + "\n    pass\n")
-    except SyntaxError:
+        tokens = list(tokenize.generate_tokens(io.StringIO(program).readline))
+    except (tokenize.TokenError, SyntaxError):
         return False
-    return True
+    if any(t.type == tokenize.COMMENT or (t.type not in (tokenize.NEWLINE, tokenize.NL)
+                                          and "\n" in t.string) for t in tokens):
+        return False
+    return shown_program(program) == ast.unparse(ast.parse(program))
 
 
 def _sections(text: str) -> dict[str, str]:
+    """The text of each section, its lines split at "\n" only (the callers read "\r\n" as
+    "\n" first; parse_proposal refuses the other line separators)."""
     sections: dict[str, list[str]] = {}
     current = None
-    for line in text.splitlines():
+    for line in text.split("\n"):
         match = _HEADER.match(line)
         if match and match.group(1).capitalize() not in sections:
             current = match.group(1).capitalize()
@@ -201,13 +247,13 @@ def _unlabelled(sections: dict[str, str]) -> dict[str, str]:
     the same checks."""
     sections = dict(sections)
     if not sections.get("Reference", "").strip() and "Description" in sections:
-        lines = sections["Description"].splitlines()
+        lines = sections["Description"].split("\n")
         start = next((i for i, line in enumerate(lines) if _CODE_START.match(line)), None)
         if start:  # not 0: the description is the text before the code
             sections["Description"] = "\n".join(lines[:start])
             sections["Reference"] = "\n".join(lines[start:])
     if not sections.get("Inputs", "").strip() and sections.get("Reference", "").strip():
-        lines = sections["Reference"].splitlines()
+        lines = sections["Reference"].split("\n")
         code = next((i for i, line in enumerate(lines) if _CODE_START.match(line)), len(lines))
         start = next((i for i, line in enumerate(lines) if i > code and
                       _CALL_START.match(line)), None)
@@ -229,7 +275,7 @@ def _inputs(section: str, functions: dict[str, ast.FunctionDef]
     does), by either name."""
     entry_point, called, calls, inputs, wrong_arity, unreadable = None, None, [], [], 0, 0
     seen: set = set()  # input_key of each input kept
-    lines, i = [line.strip() for line in section.splitlines()], 0
+    lines, i = [line.strip() for line in section.split("\n")], 0
     while i < len(lines):
         line, parsed, i = _next_call(lines, i)
         names = set(functions) if called is None else {called, entry_point}

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from spade_ray.execution import canonical
 from spade_ray.records import Task, TaskFamily
 from spade_ray.tasks.control import Guidance, difficulty_label, rank_exemplars
-from spade_ray.tasks.format import call_text, render_proposal
+from spade_ray.tasks.format import call_text, only_code, render_proposal, shown_program
 from spade_ray.tasks.templates import PromptTemplate, render
 
 SHOWN_INPUTS = 6  # the seed pool's programs have 4 to 6 inputs
@@ -93,7 +93,12 @@ def _rates_by_reference(pool: list[Task], pass_rates: Mapping[str, float]) -> di
 def render_task(task: Task) -> str:
     """A task as the generator writes one: description, reference, the inputs of its first
     SHOWN_INPUTS examples (the generator's own come first; the augmented ones are not its
-    writing to copy)."""
+    writing to copy). An admitted task is an exemplar of every later round, and its comments
+    and strings held forged `### END` / `### Topic` entries, with a difficulty label of the
+    generator's choosing (red-team pass 15, F3): a reference with any of them is shown as
+    format.shown_program writes it; one whose every line is code (the seed pool's) as written,
+    in the spelling the generator copies."""
     calls = tuple(call_text(task.entry_point, canonical.decode(e.args))
                   for e in task.tests.examples[:SHOWN_INPUTS])
-    return render_proposal(task.description, task.reference, calls)
+    reference = task.reference if only_code(task.reference) else shown_program(task.reference)
+    return render_proposal(task.description, reference, calls)
