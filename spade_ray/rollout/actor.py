@@ -30,7 +30,13 @@ import ray
 from ray.exceptions import ActorUnavailableError, RayActorError
 
 from spade_ray.records import Completion, SamplingParams
-from spade_ray.rollout.backend import BACKENDS, EngineDead, ModelBackend, RolloutError
+from spade_ray.rollout.backend import (
+    BACKENDS,
+    EngineDead,
+    ModelBackend,
+    RolloutError,
+    generate_fitting,
+)
 
 
 def make_backend(backend: str, model: str, **kwargs: Any) -> ModelBackend:
@@ -79,7 +85,7 @@ class ModelActor:
         with _exit_if_dead():
             if latest is not None and self.backend.weights_version != latest[1]:
                 self.backend.update_weights(ray.get(latest[0][0]), latest[1])
-            return self.backend.generate(prompts, sampling)
+            return generate_fitting(self.backend, prompts, sampling)
 
     def update_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
         with _exit_if_dead():

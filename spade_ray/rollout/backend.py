@@ -7,6 +7,7 @@ with its `weights_version`. Backends that serve trainable weights load new ones 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -78,3 +79,25 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
 def check_version(current: int, new: int) -> None:
     if not isinstance(new, int) or new <= current:
         raise ValueError(f"weights version must increase: current {current}, got {new!r}")
+
+
+def generate_fitting(backend: ModelBackend, prompts: Sequence[str], sampling: SamplingParams
+                     ) -> list[list[Completion]]:
+    """backend.generate, with no completion ([]) for each prompt that does not fit the model's
+    context (PromptTooLong, said on stderr): one such prompt failed the whole call, and with it
+    the solving of every task batched with it (red-team pass 15: a generated task whose shown
+    outputs were 2,000 rare characters each made a 16,156-token solver prompt)."""
+    refused: set[int] = set()
+    while True:
+        kept = [i for i in range(len(prompts)) if i not in refused]
+        try:
+            groups = backend.generate([prompts[i] for i in kept], sampling) if kept else []
+        except PromptTooLong as e:
+            refused.add(kept[e.index])
+            print(f"prompt {kept[e.index]} of {len(prompts)} refused: {e}", file=sys.stderr,
+                  flush=True)
+            continue
+        out: list[list[Completion]] = [[] for _ in prompts]
+        for i, group in zip(kept, groups):
+            out[i] = group
+        return out

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from spade_ray.records import Completion, SamplingParams
 from spade_ray.rollout.backend import RolloutError
 
-# None for a prompt lost with a dead engine (RoleEngines): it stays wanted and is re-issued.
+# None for a prompt lost with a dead engine (RoleEngines): it stays wanted and is re-issued;
+# [] for one the engine refused (too long for its context: backend.generate_fitting): it is not.
 Generate = Callable[[Sequence[str], SamplingParams], list[list[Completion] | None]]
 
 
@@ -90,6 +91,7 @@ class DistinctSample:
     sampled: int  # completions generated, re-samples included
     duplicates: int  # of those, how many repeated an earlier one of the same prompt
     lost: int  # prompt requests lost with a dead engine (re-issued while rounds remained)
+    refused: tuple[int, ...] = ()  # the prompts the engine refused: no completion
 
 
 def sample_distinct(generate: Generate, prompts: Sequence[str], sampling: SamplingParams,
@@ -102,6 +104,7 @@ def sample_distinct(generate: Generate, prompts: Sequence[str], sampling: Sampli
     draws: list[list[int]] = [[] for _ in prompts]
     seen: list[dict[str, int]] = [{} for _ in prompts]  # normalised text -> its index in kept
     wanted = {i: sampling.n for i in range(len(prompts))}
+    refused: set[int] = set()
     sampled = duplicates = lost = 0
     for attempt in range(1 + resample_rounds):
         if not wanted:
@@ -118,6 +121,8 @@ def sample_distinct(generate: Generate, prompts: Sequence[str], sampling: Sampli
                 if group is None:
                     lost += 1
                     continue
+                if not group:
+                    refused.add(i)
                 for c in group:
                     sampled += 1
                     key = normalise(c.text)
@@ -129,5 +134,5 @@ def sample_distinct(generate: Generate, prompts: Sequence[str], sampling: Sampli
                         kept[i].append(c)
                         draws[i].append(1)
         wanted = {i: sampling.n - len(kept[i]) for i in range(len(prompts))
-                  if len(kept[i]) < sampling.n}
-    return DistinctSample(kept, draws, sampled, duplicates, lost)
+                  if len(kept[i]) < sampling.n and i not in refused}
+    return DistinctSample(kept, draws, sampled, duplicates, lost, tuple(sorted(refused)))

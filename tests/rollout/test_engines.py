@@ -59,6 +59,13 @@ def test_requests_are_spread_over_engines_and_keep_order(cluster):
     assert [g[0].text for g in sharded.completions] == [g[0].text for g in single.completions]
 
 
+def test_a_prompt_over_the_context_is_refused_alone_on_whichever_engine(cluster):
+    # one prompt in the second engine's shard too long: that shard's other prompts are answered
+    prompts = ["task 0", "task 1", "task 2", "a " * 9000, "task 4"]
+    result = cluster["solver"].generate(prompts, GREEDY)
+    assert result.lost == () and [len(g) for g in result.completions] == [1, 1, 1, 0, 1]
+
+
 def test_engines_count_the_time_a_request_is_in_flight(cluster):
     engines = cluster["solver"]
     before = engines.busy_s

@@ -6,7 +6,12 @@ import pytest
 import torch
 
 from spade_ray.records import SamplingParams
-from spade_ray.rollout.backend import ModelBackend, ModelLoadError, PromptTooLong
+from spade_ray.rollout.backend import (
+    ModelBackend,
+    ModelLoadError,
+    PromptTooLong,
+    generate_fitting,
+)
 from spade_ray.rollout.hf_backend import HFBackend
 
 
@@ -89,6 +94,13 @@ def test_version_must_increase(backend):
 def test_prompt_over_the_context_is_named(backend):
     with pytest.raises(PromptTooLong, match="prompt 1 has"):
         backend.generate(["ok", "x" * 9000], SamplingParams(max_tokens=10))
+
+
+def test_a_prompt_over_the_context_gets_no_completion_and_the_others_theirs(backend):
+    long = "a " * backend.context
+    out = generate_fitting(backend, ["def f(x):", long, "hello"],
+                           SamplingParams(n=2, max_tokens=3, seed=0))
+    assert [len(group) for group in out] == [2, 0, 2]
 
 
 def test_unknown_model_path_is_named(tmp_path):

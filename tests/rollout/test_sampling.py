@@ -63,6 +63,14 @@ def test_lost_prompts_are_reissued():
     assert result.lost == 1
 
 
+def test_a_refused_prompt_gets_no_completion_and_is_not_asked_again():
+    # [] is what backend.generate_fitting gives a prompt too long for the model's context
+    generate, params = scripted([[["a", "b"], []], [["c"]]])
+    result = sample_distinct(generate, ["p0", "p1"], SamplingParams(n=3), TokenMeter("solver"))
+    assert [[c.text for c in g] for g in result.completions] == [["a", "b", "c"], []]
+    assert result.refused == (1,) and len(params) == 2  # the re-sample asked p0 alone
+
+
 def test_meter_counts_tokens_and_enforces_its_cap():
     meter = TokenMeter("generator", cap=10)
     generate, _ = scripted(itertools.repeat([["a", "b"]]))
