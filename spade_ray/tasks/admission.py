@@ -105,9 +105,10 @@ from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, kinds, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
-from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question, stated_first
+from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question
 from spade_ray.tasks.making import make_task, suite_of
 from spade_ray.tasks.mutation import mutants
+from spade_ray.tasks.stated import stated_first
 from spade_ray.tasks.static import signature_reason, static_reason
 
 MUTANT_ROLES = {False: "mutant", True: "mutant:fixed"}  # by Mutant.fixed
@@ -176,7 +177,7 @@ class _Core:
     # very ones the floor's guesses get right and the kept ones leave out
     answered: tuple[IOExample, ...] = ()
     lines: tuple[int, ...] = ()  # per answered example, the line of the `return` that answered it
-    shown: int = 0  # the first ones a codegen or repair prompt shows (guesses.stated_first)
+    shown: int = 0  # the first ones a codegen or repair prompt shows (stated.stated_first)
 
 
 def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics: Sequence[str],

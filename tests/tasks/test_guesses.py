@@ -6,7 +6,8 @@ import pytest
 
 from spade_ray.execution import canonical
 from spade_ray.tasks.admission import AdmissionConfig
-from spade_ray.tasks.guesses import bit_on_an_argument, null_solvers, stated
+from spade_ray.tasks.guesses import bit_on_an_argument, null_solvers
+from spade_ray.tasks.stated import stated
 from tests.tasks.test_admission import AUGMENT, CODEGEN, GOOD, PREDICT, REPAIR, proposal, verdict
 
 
