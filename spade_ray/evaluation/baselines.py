@@ -74,7 +74,10 @@ GUARDS = {"falsy": "not {0}", "len_lt2": "len({0}) < 2", "len_lt3": "len({0}) < 
           "lt3": "{0} < 3"}
 # The conditions a program splits on without reading the description: the guards, and a few more
 # one-line tests of one argument ({0}) or two ({0}, {1}) (red-team pass 14's screen).
-SPLITS = GUARDS | {"zero": "{0} == 0", "one": "{0} == 1", "even": "{0} % 2 == 0",
+# (`even` of numbers only: `s % 2` of a str is printf, and a hidden '%01000000000d' built a
+# gigabyte on the host, red-team pass 16)
+SPLITS = GUARDS | {"zero": "{0} == 0", "one": "{0} == 1",
+                   "even": "type({0}) in (int, float) and {0} % 2 == 0",
                    "len1": "len({0}) == 1", "is_sorted": "list({0}) == sorted({0})",
                    "has_negative": "any(v < 0 for v in {0})",
                    "has_duplicate": "len(set({0})) < len({0})"}

@@ -55,6 +55,10 @@ _HEADER = re.compile(rf"^({'|'.join(SECTIONS)})(?::[ \t]*(.*)|[ \t]*)$", re.IGNO
 MIN_INPUTS = 2
 MAX_INPUTS = 12
 MAX_LITERAL_CHARS = 400  # one input call; also bounds what ast.literal_eval is given
+# Arguments of one call: the partial-credit floor guesses on each and on each pair
+# (evaluation/baselines.py), 9 s of host CPU at 10 arguments and 50 s at 60 on 44 examples
+# (red-team pass 16); the seed tasks take at most four.
+MAX_ARGUMENTS = 8
 MAX_CALL_LINES = 8  # a call written over more lines than this is not read as one
 # The host walks a reference's syntax tree recursively (mutation, dedup hashes, unparsing), and
 # Python's recursion limit fails at ~250 nested terms (`-` * 260 + `a`, a sum of 250 terms);
@@ -123,6 +127,9 @@ def parse_proposal(text: str) -> Proposal:
     if not functions:
         raise TaskFormatError("no_function", "the reference defines no top-level function")
     entry_point, calls, inputs = _inputs(sections["Inputs"], functions)
+    if (widest := max(map(len, inputs))) > MAX_ARGUMENTS:
+        raise TaskFormatError("too_many_arguments", f"a call of {entry_point} passes {widest} "
+                              f"arguments; a task takes at most {MAX_ARGUMENTS}")
     signature = _signature(functions[entry_point])
     return Proposal(description, reference, entry_point, signature, inputs, calls)
 

@@ -1,5 +1,7 @@
 """The guesses partial credit is measured from, computed on the host (evaluation/baselines.py)."""
 
+import tracemalloc
+
 from spade_ray.evaluation import baselines
 from spade_ray.evaluation.baselines import guesses, hardest_examples, nearest_shown, null_credit
 from spade_ray.execution import canonical
@@ -91,6 +93,20 @@ def test_the_augmented_examples_kept_are_those_the_guesses_get_wrong():
                 for x in (1, 2, 3, 12, 4, 13, 5)]
     assert hardest_examples(examples, 2, 2, 2) == [1, 3]  # 12 and 13, of the five after two
     assert hardest_examples(examples, 2, 2, 9) == [0, 1, 2, 3, 4]
+
+
+def test_a_string_argument_is_never_formatted_by_a_split():
+    # `s % 2` of a str is printf: a hidden '%0100000000d' built 100 MB on the host, '%01000000000d'
+    # a gigabyte (red-team pass 16); `even` splits numbers only
+    tracemalloc.start()
+    try:
+        baselines._applied("even", ("%0100000000d",), (0,), 0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
+    assert [baselines._applied("even", (x,), (0,), 0) for x in (4, 3, 2.0, True)] == \
+        [True, False, True, False]
 
 
 def suite(examples) -> TestSuite:

@@ -258,3 +258,15 @@ def test_a_program_is_only_code_without_comments_string_statements_or_multiline_
     assert not only_code("def f(x):\n    return x  # note\n")
     assert not only_code('def f(x):\n    """Doc."""\n    return x\n')
     assert not only_code('def f(x):\n    s = """a\n### END"""\n    return x\n')
+
+
+def test_a_call_with_more_arguments_than_a_task_takes_is_refused():
+    # the floor guesses on every argument and pair of them: 50 s of host CPU at 60 arguments
+    params = ", ".join(f"a{k}" for k in range(9))
+    text = (f"Description: Add them.\nReference:\ndef f({params}):\n    return a0 + a8\n"
+            f"Inputs:\nf({', '.join(['1'] * 9)})\nf({', '.join(['2'] * 9)})\n")
+    with pytest.raises(TaskFormatError) as e:
+        parse_proposal(text)
+    assert e.value.reason == "too_many_arguments"
+    assert parse_proposal(text.replace("a8", "a7").replace(", a7)", ")")
+                          .replace(", 1)", ")").replace(", 2)", ")")).inputs[0] == (1,) * 8
