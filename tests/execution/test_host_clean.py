@@ -54,8 +54,12 @@ def _owner(pid: str) -> int | None:
 
 
 def our_mounts() -> set[str]:
+    """This process's workers' mounts (w-<pid>-<n> and their packages' p-<pid>-<n>-..., as
+    our_cgroups): not another process's sandbox in the same mount namespace (one running beside
+    a fresh-clone `make test` made test_a_failed_start_leaves_no_mount fail)."""
+    mine = [f"{MOUNT_ROOT}/{kind}-{os.getpid()}-" for kind in ("w", "p")]  # LocalWorker's
     return {line for line in Path("/proc/self/mounts").read_text().splitlines()
-            if str(MOUNT_ROOT) in line}
+            if any(prefix in line for prefix in mine)}
 
 
 def our_cgroups() -> set[Path]:
