@@ -198,7 +198,7 @@ def null_credit(tests: TestSuite, shown: int) -> float:
     shown ones and, for every other input, a guess (`guesses`, `nearest_shown`: a constant is
     one), or one guess where a condition (`SPLITS`, `SPLITS2`, a bool-valued guess) holds and
     another where it does not."""
-    examples = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in tests.examples]
+    examples = _decoded(tests.examples)
     hidden = len(examples) - shown
     if hidden <= 0:
         return 0.0
@@ -232,7 +232,7 @@ def hardest_examples(examples: Sequence[IOExample], fixed: int, shown: int, coun
     most hidden examples is a floor that leaves an honest near-miss little credit and a split of
     two guesses a lot (/work/notes/s27/sel: the generated pool's mean floor 0.60 -> 0.46).
     Floats compare exactly here: a choice, not a verdict."""
-    decoded = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in examples]
+    decoded = _decoded(examples)
     rows = (guesses(decoded, 0.0, [len(e.args) for e in examples])
             | nearest_shown(decoded, shown)).values()
     masks = [_mask(row) for row in rows]
@@ -245,6 +245,10 @@ def hardest_examples(examples: Sequence[IOExample], fixed: int, shown: int, coun
         kept.append(best)
         right = [r + (m >> best & 1) for r, m in zip(right, masks)]
     return sorted(i - fixed for i in kept)
+
+
+def _decoded(examples: Sequence[IOExample]) -> list[tuple[tuple, Any]]:
+    return [(canonical.decode(e.args), canonical.decode(e.expected)) for e in examples]
 
 
 def nearest_shown(examples: Sequence[tuple[tuple, Any]], shown: int, tolerance: float = 0.0
