@@ -97,22 +97,18 @@ from spade_ray.records import (
     Task,
     TaskFamily,
     TaskSource,
-    TestSuite,
-    Verdict,
 )
 from spade_ray.tasks import driver, repair
+from spade_ray.tasks.adequacy import MUTANT_ROLES, counted, trusted_checks
 from spade_ray.tasks.augment import augmented_inputs
 from spade_ray.tasks.decontamination import HeldOut, kinds, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
-from spade_ray.tasks.guesses import lookup_passes, most_shown, null_solvers, question
-from spade_ray.tasks.making import make_task, suite_of
-from spade_ray.tasks.mutation import mutants
+from spade_ray.tasks.guesses import lookup_passes, most_shown, question
+from spade_ray.tasks.making import make_task
 from spade_ray.tasks.stated import stated_first
 from spade_ray.tasks.static import signature_reason, static_reason
 
-MUTANT_ROLES = {False: "mutant", True: "mutant:fixed"}  # by Mutant.fixed
-MUTANT_SLOWDOWN = 4.0  # a mutant's budget, in times the reference's check (_mutant_limits)
 MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show outputs)
 # Augmented inputs drawn per one kept: the reference answers them all, and the examples kept are
 # those the floor's guesses get wrong most (evaluation.hardest_examples). Measured on the seed
@@ -121,6 +117,8 @@ MAX_REPR_CHARS = 2000  # an output longer than this is dropped (prompts show out
 # mutants of the references with credit 30 -> 38 of ~277. The driver job of the extra inputs
 # runs 4x the calls (a reference too slow for them loses the extras only, as before).
 AUGMENT_POOL = 4
+
+
 @dataclasses.dataclass(frozen=True)
 class AdmissionConfig:
     min_examples: int = 2  # inputs the reference must answer (with plain data)
@@ -190,7 +188,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     `held_out` (tasks/decontamination.py), one for twins of the `known` tasks
     (decontamination.known_tasks: a run of their own, so that no generated program runs
     beside the validation solutions) and, for generated ones, one for copies of an earlier
-    proposal of the same call (_copies), then the checks of all (_checks)."""
+    proposal of the same call (_copies), then the checks of all (adequacy.trusted_checks)."""
     keys = [_job(p, p.inputs) for p in proposals]
     first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> its first index
     static = {key: static_reason(proposals[i].reference) or signature_reason(proposals[i].signature)
@@ -213,8 +211,10 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     # copy written before a task that sticks its problem was checked after it)
     twin_cpu_s = _copies(cores, found, proposals, first, source, held_out, known, executor,
                          limits)
-    checks = _checks({key: (proposals[first[key]], core) for key, core in cores.items()
-                      if isinstance(core, _Core)}, executor, limits, config)
+    checks = trusted_checks({key: (proposals[first[key]], core.examples,
+                                   _seed(proposals[first[key]]))
+                             for key, core in cores.items() if isinstance(core, _Core)},
+                            executor, limits, config.max_mutants, config.check_timeout_s)
     run_cpu = {key: run.cpu_s + (extra_runs[key].cpu_s if key in extra_runs else 0.0)
                for key, run in zip(running, runs)}
     twin_cpu = {key: twin_cpu_s / len(found) for key in found}  # shared evenly
@@ -335,65 +335,6 @@ def _examples(inputs: Sequence[tuple], results: list) -> list[tuple[IOExample, i
     return examples
 
 
-def _checks(cores: dict[str, tuple[Proposal, _Core]], executor, limits: Limits,
-            config: AdmissionConfig) -> dict[str, list[tuple[str, str, CheckResult]]]:
-    """The trusted checks of every proposal that ran: its reference, the null solvers and its
-    mutants against its examples; per proposal key, (role, program, result), reference first.
-    The reference is checked under the task's own limits, as its candidates will be: under
-    `check_timeout_s` (meant for mutants that loop), a make run whose learner shared the cores
-    timed one out and rejected a sound task as reference_fails_examples. Mutants come in two
-    batches: `max_mutants`, then as many more for a proposal whose first ones did not all
-    count (`counted`), so that mutants killed by any input cannot thin out the sample."""
-    suites = {key: suite_of(core.examples, p.entry_point) for key, (p, core) in cores.items()}
-    references = executor.check_many([p.reference for p, _ in cores.values()],
-                                     list(suites.values()), limits=limits) if cores else []
-    out = {key: [("reference", p.reference, result)]
-           for (key, (p, _)), result in zip(cores.items(), references)}
-    null_limits = _mutant_limits(limits, config, 0.0, 0.0)
-    pools, budgets, first = {}, {}, []
-    for (key, (p, _)), reference in zip(cores.items(), references):
-        first += [(key, f"null:{name}", code, null_limits)
-                  for name, code in null_solvers(p.signature).items()]
-        pools[key] = mutants(p.reference, 2 * config.max_mutants, _seed(p))
-        budgets[key] = _mutant_limits(limits, config, reference.execution.cpu_s,
-                                      reference.execution.wall_s)
-        first += [(key, MUTANT_ROLES[m.fixed], m.code, budgets[key])
-                  for m in pools[key][:config.max_mutants]]
-    _run_checks(first, suites, executor, out)
-    second = [(key, MUTANT_ROLES[m.fixed], m.code, budgets[key])
-              for key, pool in pools.items()
-              if sum(counted(role, r) for role, _, r in out[key]) < config.max_mutants
-              for m in pool[config.max_mutants:]]
-    _run_checks(second, suites, executor, out)
-    return out
-
-
-def _run_checks(jobs: list[tuple[str, str, str, Limits]], suites: dict[str, TestSuite],
-                executor, out: dict[str, list[tuple[str, str, CheckResult]]]) -> None:
-    """Checks (key, role, program, limits) in one batch per distinct limits; the results join
-    out[key] in the order of `jobs`."""
-    results: dict[int, CheckResult] = {}
-    for job_limits in dict.fromkeys(job[3] for job in jobs):
-        batch = [i for i, job in enumerate(jobs) if job[3] == job_limits]
-        results.update(zip(batch, executor.check_many([jobs[i][2] for i in batch],
-                                                      [suites[jobs[i][0]] for i in batch],
-                                                      limits=job_limits)))
-    for i, (key, role, code, _) in enumerate(jobs):
-        out[key].append((role, code, results[i]))
-
-
-def _mutant_limits(limits: Limits, config: AdmissionConfig, reference_cpu_s: float,
-                   reference_wall_s: float) -> Limits:
-    """A mutant's budget: `check_timeout_s`, or MUTANT_SLOWDOWN times what the reference's check
-    took when that is more, within the task's limits. A fixed budget made every mutant of a
-    reference that spins (or sleeps) a little longer than it time out, and a timeout counted as
-    a kill: such examples scored 1.0 where the same reference without the spin scored 0.125."""
-    return dataclasses.replace(
-        limits, timeout_s=min(limits.timeout_s, max(config.check_timeout_s,
-                                                    MUTANT_SLOWDOWN * reference_wall_s)),
-        cpu_s=min(limits.cpu_s, max(config.check_timeout_s, MUTANT_SLOWDOWN * reference_cpu_s)))
-
-
 def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
              checks: list[tuple[str, str, CheckResult]], limits: Limits,
              config: AdmissionConfig, source: TaskSource, generator_version: int) -> Admitted:
@@ -436,19 +377,3 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     if family is not TaskFamily.PREDICT:
         task = dataclasses.replace(task, most_shown=most_shown(core.examples, core.shown, bug))
     return Admitted(p, family, task, "", cpu, score)
-
-
-def counted(role: str, check: CheckResult) -> bool:
-    """Whether a mutant's check counts in mutation adequacy. Not when it fails every example
-    where it did not even return (raising or timing out everywhere), nor when it fails every
-    example and its mutation is in code no input reaches (Mutant.fixed): any one input kills
-    those, so they say nothing of the examples, and they are what a reference pads its score
-    with: a guard of constant comparisons whose mutants raise everywhere (0.875 where its
-    examples killed 0.125 of the rest), or constant arithmetic added to the answer (`base = k
-    * m + n - 5` with constant k, m, n: 0.5 where 0.0). A real bug that fails every example
-    (`a + b` for `a * b`) still counts."""
-    if role not in MUTANT_ROLES.values():
-        return False
-    returned = any(o.outcome is not Verdict.ERROR for o in check.outcomes)
-    passed_one = any(o.outcome is Verdict.PASSED for o in check.outcomes)
-    return returned and (passed_one or role == MUTANT_ROLES[False])

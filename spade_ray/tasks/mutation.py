@@ -145,7 +145,7 @@ class Mutant:
     code: str
     # the mutation is in a statement that no input reaches through data (`base = k * m - 2`
     # with k and m constants): a mutant that then fails every example was failed by the
-    # program's constants, not caught by its examples (admission.counted)
+    # program's constants, not caught by its examples (adequacy.counted)
     fixed: bool
 
 
