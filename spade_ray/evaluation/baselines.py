@@ -110,8 +110,11 @@ def _guessed(examples: Sequence[tuple[tuple, Any]], tolerance: float,
     arity = max((len(args) for args, _ in examples), default=0)
     arg_lists = [args for args, _ in examples]
     answers = [e for _, e in examples]
+    # per example, the examples whose expected value is the same: once here, not per guess
+    # (comparing the raised ones pairwise in every guard was most of admission's host time)
+    alike = [_mask(canonical.same(a, b, tolerance) for b in answers) for a in answers]
     for name, values in _values(arg_lists, sizes, arity):
-        rows[name] = _guarded(_rights(values, answers, tolerance), examples, tolerance)
+        rows[name] = _guarded(_rights(values, answers, tolerance), alike)
         if all(v is _RAISED or v is _MISSED or type(v) is bool for v in values):
             conditions.append([v is True for v in values])
         if any(_is_number(v) for v in values):
@@ -119,7 +122,7 @@ def _guessed(examples: Sequence[tuple[tuple, Any]], tolerance: float,
                 shifted = [_applied(offset, (v,), (0,), 0) if _is_number(v) else _RAISED
                            for v in values]
                 rows[f"{offset}({name})"] = _guarded(_rights(shifted, answers, tolerance),
-                                                     examples, tolerance)
+                                                     alike)
     return rows, conditions
 
 
@@ -179,16 +182,16 @@ def _product_size(a: Any, b: Any) -> int:
     return 0
 
 
-def _guarded(right: list[bool | None], examples: Sequence[tuple[tuple, Any]],
-             tolerance: float) -> list[bool]:
+def _guarded(right: list[bool | None], alike: Sequence[int]) -> list[bool]:
     """An operation's row with its guard: where it raised, the most common expected value of
-    those examples is right."""
-    raised = [e for r, (_, e) in zip(right, examples) if r is None]
+    those examples (the first on a tie) is right. `alike[i]`: the examples whose expected
+    value is example i's."""
+    raised = _mask(r is None for r in right)
     if not raised:
         return [bool(r) for r in right]
-    best = max(raised, key=lambda c: sum(canonical.same(c, e, tolerance) for e in raised))
-    return [r if r is not None else canonical.same(best, e, tolerance)
-            for r, (_, e) in zip(right, examples)]
+    best = max((i for i, r in enumerate(right) if r is None),
+               key=lambda i: (alike[i] & raised).bit_count())
+    return [r if r is not None else bool(alike[best] >> j & 1) for j, r in enumerate(right)]
 
 
 @functools.lru_cache(maxsize=1024)
