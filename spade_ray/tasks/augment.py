@@ -21,10 +21,12 @@ always gets the same inputs.
 A new input stays in the domain the generator's own inputs show at its argument (`_Domain`): no
 negative number where they have none, no zero where they are all positive (or all negative),
 nothing empty where none is, no character none of its strings has (so no upper case for
-lower-case words). Outside it, the description says nothing: a red-team pass found fib's hidden
+lower-case words), no unsorted list where all of them are sorted, no repeated item where none
+repeats. Outside it, the description says nothing: a red-team pass found fib's hidden
 fib(-10) -> 0, an average word length's '' -> 0.0 and a digit sum's -123 grading right
 solutions on the reference's accident (2 of 4, 3 of 5, 2 of 4 passed), a solver's pass rate
-set by luck, in the band.
+set by luck, in the band; a binary search's unsorted or repeating list has no right answer but
+the reference's.
 """
 
 from __future__ import annotations
@@ -89,13 +91,17 @@ class _Domain:
     empty one, the characters of their strings and the bytes of their bytes, and (pooled) the
     domain of the items they hold. An argument may mix types (`size('abc')`, `size(b'hi')`):
     what one type shows says nothing of another, and str characters and bytes (ints) pooled in
-    one alphabet made sorting it raise and a str mutation take an int (red-team pass 10)."""
+    one alphabet made sorting it raise and a str mutation take an int (red-team pass 10).
+    Orders are shown only by a list or tuple of two items or more: `ascending` when every such
+    one is in ascending order (ties allowed), `distinct` when no item repeats in any."""
 
     signs: frozenset = frozenset()  # of the numbers: -1, 0, 1 (NaN shows none)
     empty: frozenset = frozenset()  # the types of the empty strings, bytes and containers
     characters: frozenset = frozenset()  # of the strings
     octets: frozenset = frozenset()  # of the bytes, as ints
     items: _Domain | None = None  # of the items of lists, tuples and sets, and dict values
+    ascending: bool = False
+    distinct: bool = False
 
     @classmethod
     def of(cls, values: Iterable[Any]) -> _Domain:
@@ -103,11 +109,14 @@ class _Domain:
         numbers = [v for v in values if type(v) in (int, float) and v == v]
         held = [x for v in values if type(v) in (list, tuple, set) for x in v] + \
             [x for v in values if type(v) is dict for x in v.values()]
+        ordered = [v for v in values if type(v) in (list, tuple) and len(v) > 1]
         return cls(signs=frozenset(_sign(v) for v in numbers),
                    empty=frozenset(type(v) for v in values if type(v) in _SIZED and not v),
                    characters=frozenset(c for v in values if type(v) is str for c in v),
                    octets=frozenset(c for v in values if type(v) is bytes for c in v),
-                   items=cls.of(held) if held else None)
+                   items=cls.of(held) if held else None,
+                   ascending=bool(ordered) and all(map(_ascending, ordered)),
+                   distinct=bool(ordered) and all(map(_distinct, ordered)))
 
     def holds(self, value: Any) -> bool:
         if type(value) in (int, float):  # zero lies between a negative and a positive one
@@ -118,10 +127,29 @@ class _Domain:
             return set(value) <= self.characters
         if type(value) is bytes:
             return set(value) <= self.octets
+        if type(value) in (list, tuple) and (self.ascending and not _ascending(value)
+                                             or self.distinct and not _distinct(value)):
+            return False
         if type(value) in (list, tuple, set, dict):
             items = value.values() if type(value) is dict else value
             return self.items is None or all(self.items.holds(x) for x in items)
         return True
+
+
+def _ascending(items: list | tuple) -> bool:
+    try:
+        return all(a <= b for a, b in zip(items, items[1:]))
+    except TypeError:  # mixed types: no order shown
+        return False
+
+
+def _distinct(items: list | tuple) -> bool:
+    """No item equal to another (by ==, as a set has it; pairwise for unhashable items, few
+    in an input of MAX_LITERAL_CHARS)."""
+    try:
+        return len(set(items)) == len(items)
+    except TypeError:  # a list of lists
+        return all(a != b for i, a in enumerate(items) for b in items[i + 1:])
 
 
 _SIZED = (str, bytes, list, tuple, set, dict)

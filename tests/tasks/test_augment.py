@@ -82,6 +82,27 @@ def test_a_domain_the_generators_inputs_show_is_reached():
     assert any(xs == [] for _, _, xs in out)
 
 
+def test_sorted_lists_of_distinct_items_stay_sorted_and_distinct():
+    """A binary search's list, unsorted or with a repeated item, has no right answer but the
+    reference's accident (the seed binary_search: `ascending list xs of distinct values`)."""
+    own = [([1, 3, 5, 8], 3), ([2, 4], 7), ((0, 9, 12), 1)]
+    out = [args for seed in range(40) for args in augmented_inputs(own, 8, seed)]
+    assert len(out) > 200
+    assert any(len(xs) == 3 for xs, _ in out)  # items dropped
+    assert any(len(xs) == 4 and list(xs) != [1, 3, 5, 8] for xs, _ in out)  # and changed
+    for xs, _ in out:
+        assert list(xs) == sorted(xs) and len(set(xs)) == len(xs), xs
+
+
+def test_an_order_the_inputs_do_not_keep_is_not_imposed():
+    own = [([3, 1, 2],), ([1, 1, 4],), ([],)]  # one unsorted, one with a repeat
+    out = [xs for seed in range(40) for (xs,) in augmented_inputs(own, 8, seed)]
+    assert any(xs != sorted(xs) for xs in out) and any(len(set(xs)) < len(xs) for xs in out)
+    sorted_only = [([1, 2, 2],), ([0, 5],)]  # sorted, with a repeat: sorted is kept
+    out = [xs for seed in range(40) for (xs,) in augmented_inputs(sorted_only, 8, seed)]
+    assert all(xs == sorted(xs) for xs in out) and any(len(set(xs)) < len(xs) for xs in out)
+
+
 def test_str_and_bytes_at_one_argument_keep_alphabets_of_their_own():
     """Their characters were pooled and sorting str with ints raised TypeError out of admit(),
     losing every proposal of the chunk (red-team pass 10: size('abc'), size(b'hello'))."""
@@ -111,12 +132,29 @@ def _within(value, pool) -> bool:
         return any(type(x) is kind and not x for x in pool)
     if kind in (str, bytes):
         return set(value) <= {c for x in pool if type(x) is kind for c in x}
+    if kind in (list, tuple):
+        shown = [x for x in pool if type(x) in (list, tuple) and len(x) > 1]
+        if shown and all(map(_sorted, shown)) and not _sorted(value):
+            return False
+        if shown and all(map(_unique, shown)) and not _unique(value):
+            return False
     if kind in (list, tuple, set, dict):
         held = [y for x in pool if type(x) in (list, tuple, set) for y in x] + \
             [y for x in pool if type(x) is dict for y in x.values()]
         items = value.values() if kind is dict else value
         return not held or all(_within(y, held) for y in items)
     return True
+
+
+def _sorted(xs) -> bool:
+    try:
+        return list(xs) == sorted(xs)
+    except TypeError:
+        return False
+
+
+def _unique(xs) -> bool:
+    return not any(xs[i] == xs[j] for i in range(len(xs)) for j in range(i + 1, len(xs)))
 
 
 _ATOMS = [0, 1, -3, 7, 10**300, -(10**300), 2.5, -0.0, 0.0, -1.5, float("nan"), float("inf"),
