@@ -6,7 +6,7 @@ with generated tasks).
     s = score(candidate, sandbox.check(candidate.code, task.tests))
 """
 
-from spade_ray.evaluation.baselines import hardest_examples
+from spade_ray.evaluation.baselines import hardest_examples, null_credit
 from spade_ray.evaluation.scoring import (
     IncomparableScores,
     SandboxFailure,
@@ -18,4 +18,4 @@ from spade_ray.evaluation.scoring import (
 )
 
 __all__ = ["IncomparableScores", "SandboxFailure", "compare", "hardest_examples", "needs_rerun",
-           "rank_key", "score", "score_many"]
+           "null_credit", "rank_key", "score", "score_many"]

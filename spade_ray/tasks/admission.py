@@ -40,6 +40,15 @@ Every rejection has a short, countable reason (the round's metrics count them):
                 trivial_passes:lookup   a table of the shown examples (and of those the
                                         description states) plus one guessed value (a shown
                                         output or a constant) passes every example
+                trivial_passes:split    a program of partial credit's floor does (a table,
+                                        one guess or two split by a one-line condition:
+                                        baselines.null_credit; a task whose answer is one
+                                        cheap operation, sorted(xs), is one too);
+                                        judged where inputs are augmented (a seed's, and a
+                                        generated one's with augment_inputs > 0): on its own
+                                        2-5 hidden examples nearly every task is passed so
+                                        (with augment_inputs 0, the code's default and
+                                        cpu_tiny's, a wrong program can pass one)
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
                                         reference's mutants, leaving out those any input
                                         kills (raising everywhere, or failing everywhere from
@@ -66,18 +75,18 @@ candidate) runs the reference on every input in three fresh interpreters, each w
 string-hash seed and address layout of its own (`-I` ignores PYTHONHASHSEED, so an optimised
 generator has no fixed seeds to fit), twice in each: the inputs in order, then each alone in
 a child forked before the reference ran, on a shifted heap (tasks/driver.py), and prints each
-result's
-repr; the host turns the reprs back into values with ast.literal_eval and encodes them as
-canonical data. With `augment_inputs`, a generated proposal's inputs are joined by that many
-mutations of them (tasks/augment.py; drawn AUGMENT_POOL times over, the ones the floor's guesses
-get wrong most kept), run by a second driver job: the reference computes their
-outputs too, so they can only add examples (a limit hit or a crash on them drops them, and never
-the task), except that a disagreement between the interpreters on them rejects the task as
-nondeterministic. Examples keep the generator's own inputs first (the visible ones, and the one
-a predict task asks, are its own). What the sandboxed program printed is not trusted: the
-reference is then checked against the examples by the trusted grader, out of its process, with
-exact types, and a task is admitted only if it passes every one. Dedup (tasks/diversity.py:
-exact normalised-AST hash and near-duplicates) happens before admission, in the generation stage.
+result's repr; the host turns the reprs back into values with ast.literal_eval and encodes them
+as canonical data. With `augment_inputs` (`seed_augment_inputs` for a seed), a proposal's
+inputs are joined by that many mutations of them (tasks/augment.py; drawn AUGMENT_POOL times
+over, the ones the floor's guesses get wrong most kept), run by a second driver job: the
+reference computes their outputs too, so they can only add examples (a limit hit or a crash on
+them drops them, and never the task), except that a disagreement between the interpreters on
+them rejects the task as nondeterministic. Examples keep the generator's own inputs first (the
+visible ones, and the one a predict task asks, are its own). What the sandboxed program
+printed is not trusted: the reference is then checked against the examples by the trusted
+grader, out of its process, with exact types, and a task is admitted only if it passes every
+one. Dedup (tasks/diversity.py: exact normalised-AST hash and near-duplicates) happens before
+admission, in the generation stage.
 """
 
 from __future__ import annotations
@@ -105,7 +114,7 @@ from spade_ray.tasks.decontamination import HeldOut, kinds, twins
 from spade_ray.tasks.diversity import normalised_hash
 from spade_ray.tasks.format import Proposal
 from spade_ray.tasks.guesses import lookup_passes, most_shown, question
-from spade_ray.tasks.making import make_task
+from spade_ray.tasks.making import make_task, suite_of
 from spade_ray.tasks.stated import stated_first
 from spade_ray.tasks.static import signature_reason, static_reason
 
@@ -132,13 +141,17 @@ class AdmissionConfig:
     max_reference_cpu_s: float = 2.0  # two passes over the inputs (the driver makes
     # driver.INTERPRETERS * driver.PASSES of them and is judged pro rata)
     augment_inputs: int = 0  # a generated proposal's extra inputs, mutations of its own
+    # a seed's: its hand-written inputs (4-7) left 2-5 hidden examples, and on 16 of the 45
+    # codegen tasks a table of the shown ones plus a split of two guesses passed every one
+    # (baselines.null_credit 1.0: passed, value 1.0 for a wrong program; mean floor 0.78)
+    seed_augment_inputs: int = 16
     check_timeout_s: float = 0.5  # per null-solver / mutant check, at least (_mutant_limits);
     # the reference's own check runs under the task's limits
 
     def __post_init__(self) -> None:
         if self.min_examples < 1 or self.min_predict_examples < 1 \
                 or self.visible_examples < 0 or self.max_mutants < 0 \
-                or self.augment_inputs < 0:
+                or self.augment_inputs < 0 or self.seed_augment_inputs < 0:
             raise ValueError(f"admission: counts must be positive: {self}")
         if not 0.0 <= self.min_mutation_score <= 1.0:
             raise ValueError(f"admission.min_mutation_score must be in [0, 1], got "
@@ -194,7 +207,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     static = {key: static_reason(proposals[i].reference) or signature_reason(proposals[i].signature)
               for key, i in first.items()}
     running = [key for key in first if static[key] is None]
-    count = config.augment_inputs if source is TaskSource.GENERATED else 0
+    count = _augmenting(config, source)
     extras = {key: augmented_inputs(proposals[first[key]].inputs, count * AUGMENT_POOL,
                                     _seed(proposals[first[key]])) for key in running}
     augmenting = [key for key in running if extras[key]]
@@ -204,7 +217,7 @@ def admit(proposals: Sequence[Proposal], families: Sequence[TaskFamily], topics:
     extra_runs = dict(zip(augmenting, runs[len(running):]))
     cores: dict[str, _Core | str] = {key: reason for key, reason in static.items() if reason}
     for key, run in zip(running, runs):
-        cores[key] = _core(proposals[first[key]], run, config, extras[key],
+        cores[key] = _core(proposals[first[key]], run, config, count, extras[key],
                            extra_runs.get(key))
     found = sorted((key for key, core in cores.items() if isinstance(core, _Core)),
                    key=first.__getitem__)  # in proposal order (red-team s25 F4: reversed, a
@@ -277,6 +290,11 @@ def _with_deterministic_bugs(verdicts: list[Admitted], executor, limits: Limits,
     return out
 
 
+def _augmenting(config: AdmissionConfig, source: TaskSource) -> int:
+    """The augmented inputs a proposal of `source` gets."""
+    return config.augment_inputs if source is TaskSource.GENERATED else config.seed_augment_inputs
+
+
 def _job(proposal: Proposal, inputs: Sequence[tuple]) -> str:
     return driver.job(proposal.reference, proposal.entry_point, inputs)
 
@@ -287,9 +305,10 @@ def _seed(proposal: Proposal) -> int:
     return int(normalised_hash(proposal.reference)[:8], 16)
 
 
-def _core(proposal: Proposal, run, config: AdmissionConfig,
+def _core(proposal: Proposal, run, config: AdmissionConfig, count: int,
           extras: Sequence[tuple] = (), extra_run=None) -> _Core | str:
-    """The examples the driver's runs establish, or the rejection reason."""
+    """The examples the driver's runs establish (`count` of the `extras` kept), or the
+    rejection reason."""
     results = driver.answers(run, len(proposal.inputs), config.max_reference_cpu_s)
     if isinstance(results, str):
         return results
@@ -305,9 +324,8 @@ def _core(proposal: Proposal, run, config: AdmissionConfig,
     if not own or len(own) + len(more) < config.min_examples:
         return "reference_raises"
     answered = own + more
-    if len(more) > config.augment_inputs:
-        keep = hardest_examples([e for e, _ in answered], len(own), shown,
-                                config.augment_inputs)
+    if len(more) > count:
+        keep = hardest_examples([e for e, _ in answered], len(own), shown, count)
         more = [more[i] for i in keep]
     examples = tuple(e for e, _ in own + more)
     if len({e.expected for e in examples}) == 1:
@@ -348,7 +366,8 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     for role, _, result in checks:
         if role.startswith("null:") and result.passed:
             return reject(f"trivial_passes:{role.split(':', 1)[1]}")
-    if family is not TaskFamily.PREDICT and (lookup := lookup_passes(core.examples, core.shown)):
+    suite, split = suite_of(core.examples, p.entry_point), _augmenting(config, source) > 0
+    if family is not TaskFamily.PREDICT and (lookup := lookup_passes(suite, core.shown, split)):
         return reject(f"trivial_passes:{lookup}")
     asked = core.own - 1
     if family is TaskFamily.PREDICT:
@@ -375,5 +394,5 @@ def _verdict(p: Proposal, family: TaskFamily, topic: str, core: _Core,
     task = make_task(p, family, topic, core.examples, asked, buggy, limits,
                      core.shown, source, generator_version)
     if family is not TaskFamily.PREDICT:
-        task = dataclasses.replace(task, most_shown=most_shown(core.examples, core.shown, bug))
+        task = dataclasses.replace(task, most_shown=most_shown(suite, core.shown, bug, split))
     return Admitted(p, family, task, "", cpu, score)

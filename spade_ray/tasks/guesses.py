@@ -2,7 +2,8 @@
 
 A codegen or repair task is trivial when a program that does not solve it passes every example:
 a constant, an echo of an argument, an object equal to everything (null_solvers), or a table of
-the shown examples plus one guessed value (lookup_passes). A predict task is one call, so what
+the shown examples plus one guessed value, or two split by a one-line condition (lookup_passes:
+the programs of partial credit's floor, baselines.null_credit). A predict task is one call, so what
 passes it without reading the program is a guessed answer (guessed_answers), or one of the at
 most three answers the program gives once what a reader computes is left out (coin_flip): a
 solver guessing passes a half or a third of the time, the pass rates the generator's
@@ -15,8 +16,9 @@ import ast
 import itertools
 from collections.abc import Sequence
 
+from spade_ray.evaluation import null_credit
 from spade_ray.execution import canonical
-from spade_ray.records import CheckResult, IOExample
+from spade_ray.records import CheckResult, IOExample, TestSuite
 from spade_ray.tasks import repair
 from spade_ray.tasks.format import Proposal
 
@@ -58,27 +60,32 @@ def _params(signature: str) -> list[str]:
     return [a.arg for a in node.args.posonlyargs + node.args.args]
 
 
-def lookup_passes(examples: Sequence[IOExample], visible: int) -> str | None:
+def lookup_passes(suite: TestSuite, visible: int, split: bool = True) -> str | None:
     """"lookup" when a solver that returns the shown examples' outputs for their inputs, and
     one guessed value for any other input, passes every example: the hidden examples are none,
     or all give one value that is a shown output or a null constant (e.g. an is_prime whose
-    augmented inputs are all composite). Such a task pays a solver for copying its prompt."""
+    augmented inputs are all composite); "split" when a program of partial credit's floor
+    does (baselines.null_credit 1.0: a table and two guesses split by a condition, e.g.
+    `min(xs) if t in xs else -1`; with `split`). Such a task pays a solver for copying its
+    prompt: it passes, value 1.0."""
+    examples = suite.examples
     hidden = {e.expected for e in examples[visible:]}
-    if len(hidden) > 1:
-        return None
     guessable = {e.expected for e in examples[:visible]} | set(NULL_ENCODED.values())
-    return "lookup" if not hidden or hidden <= guessable else None
+    if not hidden or len(hidden) == 1 and hidden <= guessable:
+        return "lookup"
+    return "split" if split and null_credit(suite, visible) >= 1.0 else None
 
 
-def most_shown(examples: Sequence[IOExample], visible: int, bug: CheckResult | None) -> int:
+def most_shown(suite: TestSuite, visible: int, bug: CheckResult | None, split: bool = True
+               ) -> int:
     """The most examples a prompt may show (the hint lever, control.solver_hints): up to half of
-    them, while a table of the shown ones plus a guess still fails (lookup_passes) and a hidden
+    them, while no table of the shown ones plus guesses passes (lookup_passes) and a hidden
     example still catches a repair task's shown `bug`. Red-team pass 10: at 3 of 6 shown, the
     seed binary_search's bug, as shown, plus a table of the three passed all six examples."""
     most = visible
-    for shown in range(visible + 1, len(examples) // 2 + 1):
-        if lookup_passes(examples, shown) or (bug is not None
-                                              and not repair.hidden_catch(bug, shown)):
+    for shown in range(visible + 1, len(suite.examples) // 2 + 1):
+        if lookup_passes(suite, shown, split) or (bug is not None
+                                           and not repair.hidden_catch(bug, shown)):
             break
         most = shown
     return most

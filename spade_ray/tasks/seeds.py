@@ -2,8 +2,8 @@
 admitted by the same code as generated ones and made into a task of every family. They are the
 few-shot examples of both roles and the first rounds' tasks while the generator is still weak.
 
-Admitting the pool runs ~1,000 sandbox checks (references, null solvers, mutants: ~15 s on two
-cores), so the admitted tasks are cached under $SPADE_CACHE/seed_tasks/, keyed by everything they
+Admitting the pool runs ~1,000 sandbox checks (references on their own and augmented inputs,
+null solvers, mutants: ~60 s on two cores, ~26 s before seeds were augmented), so the admitted tasks are cached under $SPADE_CACHE/seed_tasks/, keyed by everything they
 depend on: the seed file, the limits, the admission settings and the sources of the code that
 admits them (`_SOURCES`). Any change to one of those admits the pool again.
 """
@@ -31,7 +31,7 @@ CACHE_DIR = Path(os.environ.get("SPADE_CACHE", Path.home() / ".cache" / "spade-r
 # missed augment.py and imports.py, so a change to either served a stale pool): every package
 # this module imports (tests/tasks/test_seeds.py checks it) and the jail's code (the harness
 # and grader that check a reference, the codec). A change anywhere in them costs one
-# admission (~15 s).
+# admission (~60 s).
 _PACKAGE = Path(__file__).parents[1]
 _SOURCES = (_PACKAGE / "__init__.py", *(_PACKAGE / name for name in
                                         ("tasks", "records", "execution", "evaluation")),

@@ -32,9 +32,6 @@ def sandbox():
         yield sb
 
 
-SOLVED_BY_ONE_OPERATION = {"reverse_string", "insertion_sort"}
-
-
 def seed_codegen_tasks(sandbox) -> list[Task]:
     return [t for t in load_seed_tasks(sandbox, SEED_LIMITS) if t.family is TaskFamily.CODEGEN]
 
@@ -87,9 +84,9 @@ def test_no_program_that_does_not_solve_the_task_earns_credit_on_any_seed_task(s
     assert len(tasks) >= 40 and len(programs) > 2000
     assert sum(s.tests_passed > len(t.visible) for s, t in zip(scores, owners)) > 200
     assert found == []
-    # and one passes only where the operation is the task (seed inputs that let a wrong one
-    # pass, a reversal sorting people given in reverse order, were made discriminating)
-    assert {t.entry_point for s, t in zip(scores, owners) if s.passed} <= SOLVED_BY_ONE_OPERATION
+    # and none passes: no seed is one operation (admission rejects a task a program of the
+    # floor passes, trivial_passes:split; reverse_string and insertion_sort were)
+    assert [t.entry_point for s, t in zip(scores, owners) if s.passed] == []
 
 
 def test_no_two_operations_in_a_row_earn_credit_on_any_seed_task(sandbox):
@@ -183,12 +180,30 @@ def test_no_guess_behind_a_guard_earns_credit_on_an_augmented_task(sandbox, augm
 def test_no_two_guesses_split_by_a_condition_earn_credit_on_an_augmented_task(sandbox,
                                                                               augmented_tasks):
     # Red-team pass 14: a table of the shown examples, then `min(xs) if target in xs else -1`
-    # earned 0.25 on last_index (and such splits 0.10-0.40 on 4 of 39 generated tasks). The
-    # family: for each condition a program splits on without reading the description
-    # (baselines.SPLITS of an argument, SPLITS2 and `==` / `in` of two), the guess that does
-    # best where it holds and the one that does best where it does not.
+    # earned 0.25 on last_index (and such splits 0.10-0.40 on 4 of 39 generated tasks):
+    # split_programs.
+    programs, owners = split_programs(augmented_tasks.values())
+    assert len(programs) >= len(AUGMENTED) * len(SPLITS)
+    assert earning(sandbox, programs, owners)[0] == []
+
+
+def test_no_two_guesses_split_by_a_condition_pass_or_earn_on_any_seed_task(sandbox):
+    # A seed's 4-7 hand-written inputs left 2-5 hidden examples: the family passed every one
+    # of 16 of the 45 seed codegen tasks (passed, value 1.0), until seeds were augmented
+    # (admission.seed_augment_inputs) and a task a split passes is rejected (trivial_passes:
+    # split).
+    programs, owners = split_programs(seed_codegen_tasks(sandbox))
+    found, scores = earning(sandbox, programs, owners)
+    assert found == [] and [s.candidate_id for s in scores if s.passed] == []
+
+
+def split_programs(tasks) -> tuple[list[str], list[Task]]:
+    """For each task and each condition a program splits on without reading the description
+    (baselines.SPLITS of an argument, SPLITS2 and `==` / `in` of two): a table of the shown
+    examples, then the guess that does best where the condition holds and the one that does
+    best where it does not."""
     programs, owners = [], []
-    for task in augmented_tasks.values():
+    for task in tasks:
         examples, shown = decoded(task), len(task.visible)
         params = [f"a{k}" for k in range(len(examples[0][0]))]
         conditions = [SPLITS[name].format(p) for name in SPLITS for p in params] + [
@@ -205,8 +220,7 @@ def test_no_two_guesses_split_by_a_condition_earn_credit_on_an_augmented_task(sa
             programs += [p + GUARD_HELPER for p in table_programs(
                 task, [f"({a}) if _holds(lambda: {condition}) else ({b})"])]
             owners.append(task)
-    assert len(programs) >= len(AUGMENTED) * len(SPLITS)
-    assert earning(sandbox, programs, owners)[0] == []
+    return programs, owners
 
 
 def holds_on(condition: str, params: list[str], args: tuple) -> bool:

@@ -265,7 +265,8 @@ def test_examples_that_catch_every_mutant_everywhere_are_strong(sandbox):
 
 
 def test_repair_needs_a_mutant_the_examples_catch(sandbox):
-    p = proposal("def f(s: str) -> str:\n    return s.swapcase()", "f('a')\nf('bc')\nf('xyz')")
+    # (mixed case: on lower-case words alone, upper() is a guess that passes every example)
+    p = proposal("def f(s: str) -> str:\n    return s.swapcase()", "f('aB')\nf('bc')\nf('XyZ')")
     seed = functools.partial(admit, executor=sandbox, limits=LIMITS, source=TaskSource.SEED)
     assert seed([p], [CODEGEN], ["strings"])[0].valid  # a seed need not have a mutant
     assert seed([p], [REPAIR], ["strings"])[0].reason == "no_killed_mutant"
@@ -359,20 +360,51 @@ def test_augmented_inputs_follow_the_generators_own_and_the_prompt_shows_only_it
     assert {canonical.decode(e.expected) for e in task.tests.examples} > {6}
 
 
-def test_seed_tasks_are_not_augmented(sandbox):
-    v = admit([GOOD], [CODEGEN], ["lists"], sandbox, LIMITS, AUGMENT, source=TaskSource.SEED)[0]
-    assert args_of(v.task) == [canonical.decode(e.args) for e in verdict(sandbox, GOOD).task
-                               .tests.examples]
+def test_seed_tasks_are_augmented_by_a_count_of_their_own(sandbox):
+    """A seed's 4-7 hand-written inputs left 2-5 hidden examples: a table plus a split of two
+    guesses passed every one of 16 of the 45 seed codegen tasks."""
+    config = AdmissionConfig(augment_inputs=8, seed_augment_inputs=6)
+    def examples(source, config):
+        v = admit([GOOD], [CODEGEN], ["lists"], sandbox, LIMITS, config, source=source)[0]
+        return args_of(v.task)
+    own = args_of(verdict(sandbox, GOOD).task)
+    assert len(own) == 5
+    assert examples(TaskSource.SEED, config)[:5] == own
+    assert len(examples(TaskSource.SEED, config)) == 5 + 6
+    assert len(examples(TaskSource.GENERATED, config)) == 5 + 8
+    assert examples(TaskSource.SEED, AdmissionConfig(seed_augment_inputs=0)) == own
+
+
+SPLIT = AdmissionConfig(augment_inputs=1)  # judged by the floor, and no more than one new input
+
+
+def test_a_task_a_split_of_two_guesses_passes_is_trivial(sandbox):
+    # `len(xs) if t in xs else -1`: two guesses (a length, a constant) split by a third (t in
+    # xs) pass every example, augmented or not (passed, value 1.0) with no table at all
+    p = proposal("def f(xs: list[int], t: int) -> int:\n"
+                 "    n = 0\n"
+                 "    for x in xs:\n"
+                 "        n += 1\n"
+                 "    return n if t in xs else -1\n",
+                 "f([1, 2, 3], 1)\nf([5, 6], 5)\nf([4, 7], 9)\nf([2, 3, 4, 8], 8)\nf([3], 3)\n"
+                 "f([6, 1], 2)")
+    for family in (CODEGEN, REPAIR):
+        assert verdict(sandbox, p, family, SPLIT).reason == "trivial_passes:split"
+        assert verdict(sandbox, p, family).valid  # judged only where inputs are augmented
+    # one step more (the count of items before t) is no split of guesses
+    index = proposal(p.reference.replace("        n += 1\n", "        if x == t:\n"
+                                         "            break\n        n += 1\n"), "\n".join(p.calls))
+    assert verdict(sandbox, index, CODEGEN, SPLIT).valid
 
 
 def test_a_reference_that_loops_on_an_augmented_input_keeps_its_own_examples(sandbox):
     # An odd input (one more or less than its own) never reaches 0: the extra run times out,
     # the task stands on its own.
     p = proposal("def f(n: int) -> int:\n    t = 0\n    while n != 0:\n        n -= 2\n"
-                 "        t += n\n    return t", "f(4)\nf(6)\nf(8)")
+                 "        t += n\n    return t", "f(4)\nf(6)\nf(8)\nf(10)\nf(2)\nf(14)")
     v = verdict(sandbox, p, config=AUGMENT)
     assert v.valid, v.reason
-    assert args_of(v.task) == [(4,), (6,), (8,)]
+    assert args_of(v.task) == [(4,), (6,), (8,), (10,), (2,), (14,)]
 
 
 def test_augmented_inputs_that_show_hash_seed_dependence_reject_the_task(sandbox):
@@ -389,7 +421,7 @@ def test_augmented_examples_do_not_stand_in_for_the_generators_own(sandbox):
 
 def test_augmented_inputs_kill_mutants_the_generators_own_miss(sandbox):
     # Own inputs never reach the else branch (a >= 3); a one-step change of a does.
-    p = proposal("def f(a: int, b: int) -> int:\n    return a + b if a < 3 else a - b",
+    p = proposal("def f(a: int, b: int) -> int:\n    return a + b if a < 3 else a * a - b",
                  "f(2, 3)\nf(1, 4)\nf(2, 6)")  # this program's seed draws a = 3 twice
     assert verdict(sandbox, p).reason == "weak_examples"
     v = verdict(sandbox, p, config=AUGMENT)

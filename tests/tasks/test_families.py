@@ -66,7 +66,7 @@ def test_hints_show_fewer_or_more_examples_but_never_more_than_admission_allows(
         FEWSHOT, task, seeds, 2, hints=0).split("### Task")[-1]
     assert shown(half - 1) == half - 1 and shown(100) == half
     assert shown_examples(task, 4) == examples.examples[:4]  # the visible ones, then the next
-    few = of(seeds, TaskFamily.CODEGEN, "reverse_string")
+    few = of(seeds, TaskFamily.CODEGEN, "reverse_words")
     assert len(few.visible) <= few.most_shown <= len(few.tests.examples) // 2
     assert shown_examples(few, 100) == few.tests.examples[:few.most_shown]
 
@@ -99,11 +99,11 @@ def test_copying_what_the_most_hints_show_passes_no_seed_task(sandbox, seeds):
 
 
 def test_codegen_candidate_is_signature_plus_body_and_runs_as_written(sandbox, seeds):
-    task = of(seeds, TaskFamily.CODEGEN, "reverse_string")
+    task = of(seeds, TaskFamily.CODEGEN, "reverse_words")
     prompt = solver_prompt(FEWSHOT, task, seeds, 1)
     assert prompt.endswith(f"{task.signature}\n")  # the model continues with the body's lines
-    code = candidate_program(task, "    if not s:\n        return s\n    return s[::-1]\n",
-                             chat=False)
+    code = candidate_program(task, "    if not s:\n        return s\n"
+                                   "    return ' '.join(s.split()[::-1])\n", chat=False)
     assert code.startswith(task.signature) and executable(task, code) == code
     assert sandbox.check(code, task.tests).passed
     assert not sandbox.check(candidate_program(task, "\n    return s", False), task.tests).passed
@@ -144,7 +144,7 @@ def test_a_repair_prompt_shows_an_example_its_buggy_program_gets_wrong(sandbox, 
 
 
 def test_predict_is_graded_as_data_and_code_is_not_an_answer(sandbox, seeds):
-    task = of(seeds, TaskFamily.PREDICT, "reverse_string")
+    task = of(seeds, TaskFamily.PREDICT, "reverse_words")
     prompt = solver_prompt(FEWSHOT, task, seeds, 2)
     assert prompt.endswith(f"### Call\n{shown_call(task, 0)}\n### Output\n")
     answer = repr(canonical.decode(task.tests.examples[0].expected))
@@ -152,7 +152,7 @@ def test_predict_is_graded_as_data_and_code_is_not_an_answer(sandbox, seeds):
     assert right == answer
     assert sandbox.check(executable(task, right), task.tests).passed
     for wrong in ("'nope'", f"({answer})[::-1][::-1] if True else 0",
-                  "__import__('os').system('true')", f"reverse_string({answer})"):
+                  "__import__('os').system('true')", f"reverse_words({answer})"):
         result = sandbox.check(executable(task, wrong), task.tests)
         assert not result.passed, wrong
 
@@ -168,7 +168,7 @@ def test_chat_candidates_come_from_the_code_block(seeds):
 @pytest.mark.parametrize("fence", ["```py", "```Python", "```python3", "``` python", "```",
                                    "~~~python"])
 def test_any_fence_spelling_gives_the_code_not_the_prose_after_it(sandbox, seeds, fence):
-    task = of(seeds, TaskFamily.CODEGEN, "reverse_string")
+    task = of(seeds, TaskFamily.CODEGEN, "reverse_words")
     block = f"{fence}\n{task.reference}{fence[:3]}\n"
     answers = [f"Here:\n{block}This reverses s.\n",
                f"Put code in ```python``` blocks:\n{block}",  # an inline fence before it
@@ -195,8 +195,9 @@ def test_a_predict_answer_wrapped_over_lines_is_one_literal(sandbox, seeds):
 
 
 def test_a_program_over_the_sandbox_size_cap_fails_alone_not_its_batch(sandbox, seeds):
-    task = of(seeds, TaskFamily.CODEGEN, "reverse_string")
-    huge = candidate_program(task, "    return s[::-1]\n" + "    # pad\n" * 150_000, chat=False)
+    task = of(seeds, TaskFamily.CODEGEN, "reverse_words")
+    body = "    return ' '.join(s.split()[::-1])\n" + "    # pad\n" * 150_000
+    huge = candidate_program(task, body, chat=False)
     assert len(huge) > 1_000_000 and huge.startswith(task.signature)  # recorded as written
     results = sandbox.check_many([executable(task, huge), executable(task, task.reference)],
                                  [task.tests] * 2)

@@ -53,14 +53,14 @@ def test_a_seed_file_with_a_byte_order_mark_keeps_its_first_seed(tmp_path):
     path = tmp_path / "seeds.txt"
     path.write_text("\ufeff" + _three_blocks(), encoding="utf-8")
     assert [p.entry_point for _, p in seeds.load_seed_proposals(path)] == [
-        "reverse_string", "distinct_vowels", "is_palindrome"]
+        "reverse_words", "distinct_vowels", "is_palindrome"]
 
 
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t.replace("### END\n", "", 1), r"3 topics but 2 complete blocks; block 0 "
                                               r"\(strings, line 1\) has no '### END' line"),
     (lambda t: t.replace("### END\n", "### END \n", 1), r"block 0 \(strings, line 1\)"),
-    (lambda t: t[:-len("### END\n")], r"block 2 \(strings, line 25\) has no '### END'"),
+    (lambda t: t[:-len("### END\n")], r"block 2 \(strings, line 26\) has no '### END'"),
     (lambda t: t.replace("### Topic: strings", "### Topic: ", 1), "seed block 0 has no topic"),
     (lambda t: t.replace("### END\n### Topic:", "### END\n## Topic:", 1),
      "text outside every '### Topic: ... ### END' block: '## Topic: strings'"),

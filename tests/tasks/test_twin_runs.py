@@ -72,10 +72,11 @@ def test_known_tasks_that_spin_then_raise_leave_honest_tasks_checked(sandbox, wh
     assert [v.reason for v in verdicts] == [""] * len(verdicts)
 
 
-STICK = text("def digit_count(n: int) -> int:\n    count = 0\n    while n > 0:\n"
-             "        n //= 10\n        count += 1\n    return count\n",
-             "digit_count(1000000000000)\ndigit_count(7)\ndigit_count(123)\ndigit_count(4567)\n"
-             "digit_count(90)\ndigit_count(31415)", "Count the decimal digits of a positive n.")
+STICK = text("def base7_length(n: int) -> int:\n    count = 0\n    while n > 0:\n"
+             "        n //= 7\n        count += 1\n    return count\n",
+             "base7_length(1000000000000)\nbase7_length(7)\nbase7_length(123)\n"
+             "base7_length(4567)\nbase7_length(90)\nbase7_length(31415)",
+             "Count the base-7 digits of a positive n.")
 HE60 = text("def sum_to_n(n: int):\n    return sum(range(n + 1))\n",
             "\n".join(f"sum_to_n({n})" for n in (30, 100, 5, 10, 1, 7, 12)))
 X = text("def odd_total(n: int) -> int:\n    return sum(range(1, n + 1, 2))\n",
@@ -87,17 +88,17 @@ X2 = text("def sum_of_odds(limit: int) -> int:\n    total = 0\n    k = 1\n"
 
 @pytest.mark.parametrize("order", ["copy first", "copy last"])
 def test_a_task_that_sticks_a_problem_hides_no_copy_of_it_in_its_chunk(sandbox, order):
-    """digit_count(10**12) sticks HumanEval/60's sum(range(n + 1)) in one C call: the problem
+    """base7_length(10**12) sticks HumanEval/60's sum(range(n + 1)) in one C call: the problem
     was dropped for the run, and a verbatim /60 written before it was admitted (red-team s25
     F4); the same drop let a rewrite of a C-bound task of the chunk through as new."""
     from tests.tasks.test_decontamination import problem
     texts = [HE60, STICK] if order == "copy first" else [STICK, HE60]
     verdicts = {v.proposal.entry_point: v.reason
                 for v in chunk(sandbox, texts, held=(problem("HumanEval/60"),))}
-    assert verdicts == {"sum_to_n": "validation_twin:HumanEval/60", "digit_count": ""}
+    assert verdicts == {"sum_to_n": "validation_twin:HumanEval/60", "base7_length": ""}
     texts = [X, X2, STICK] if order == "copy first" else [STICK, X, X2]
     verdicts = {v.proposal.entry_point: v.reason for v in chunk(sandbox, texts)}
-    assert verdicts == {"odd_total": "", "sum_of_odds": "known_twin", "digit_count": ""}
+    assert verdicts == {"odd_total": "", "sum_of_odds": "known_twin", "base7_length": ""}
 
 
 UNIVERSAL = text("def tidy(x, y=None):\n    if isinstance(x, list):\n"
