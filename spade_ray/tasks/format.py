@@ -6,13 +6,13 @@ expected outputs (tasks/admission.py). A 270M model gets hand-computed expected 
 more often than code, so it is never asked for them. A small line-oriented format rather than
 JSON: a base model copies labelled sections far more reliably than it balances braces.
 
-    Description: Return the string reversed.
+    Description: Return the words of s in reverse order, joined by single spaces.
     Reference:
-    def reverse_string(s: str) -> str:
-        return s[::-1]
+    def reverse_words(s: str) -> str:
+        return " ".join(reversed(s.split()))
     Inputs:
-    reverse_string("abc")
-    reverse_string("a b")
+    reverse_words("hello world")
+    reverse_words("a b c")
 
 Input lines are calls of one function the reference defines, with literal arguments (Python
 literals: numbers, strings, bytes, None, booleans, lists, tuples, dicts, sets), positional or

@@ -3,9 +3,10 @@ admitted by the same code as generated ones and made into a task of every family
 few-shot examples of both roles and the first rounds' tasks while the generator is still weak.
 
 Admitting the pool runs ~1,000 sandbox checks (references on their own and augmented inputs,
-null solvers, mutants: ~60 s on two cores, ~26 s before seeds were augmented), so the admitted tasks are cached under $SPADE_CACHE/seed_tasks/, keyed by everything they
-depend on: the seed file, the limits, the admission settings and the sources of the code that
-admits them (`_SOURCES`). Any change to one of those admits the pool again.
+null solvers, mutants: ~60 s on two cores, ~26 s before seeds were augmented), so the admitted
+tasks are cached under $SPADE_CACHE/seed_tasks/, keyed by everything they depend on: the seed
+file, the limits, the admission settings and the sources of the code that admits them
+(`_SOURCES`). Any change to one of those admits the pool again.
 """
 
 from __future__ import annotations
