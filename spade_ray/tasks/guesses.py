@@ -60,7 +60,7 @@ def _params(signature: str) -> list[str]:
     return [a.arg for a in node.args.posonlyargs + node.args.args]
 
 
-def lookup_passes(suite: TestSuite, visible: int, split: bool = True) -> str | None:
+def lookup_passes(suite: TestSuite, visible: int, split: bool) -> str | None:
     """"lookup" when a solver that returns the shown examples' outputs for their inputs, and
     one guessed value for any other input, passes every example: the hidden examples are none,
     or all give one value that is a shown output or a null constant (e.g. an is_prime whose
@@ -76,8 +76,7 @@ def lookup_passes(suite: TestSuite, visible: int, split: bool = True) -> str | N
     return "split" if split and null_credit(suite, visible) >= 1.0 else None
 
 
-def most_shown(suite: TestSuite, visible: int, bug: CheckResult | None, split: bool = True
-               ) -> int:
+def most_shown(suite: TestSuite, visible: int, bug: CheckResult | None, split: bool) -> int:
     """The most examples a prompt may show (the hint lever, control.solver_hints): up to half of
     them, while no table of the shown ones plus guesses passes (lookup_passes) and a hidden
     example still catches a repair task's shown `bug`. Red-team pass 10: at 3 of 6 shown, the
