@@ -8,13 +8,13 @@ figure it lifts says nothing. The copies that matter are semantic (the shipped s
 is by execution: TWINS (twin_job.py: trusted text, run in the sandbox like any candidate, since
 the inputs are the generator's) calls every validation problem whose function accepts the task's
 arguments on them, as they are and reordered, one dropped or a single tuple of them spread (the
-mappings), each call under a CALL_S timer that a watching process enforces, and prints the first
-problem whose results are, as data, the task's expected outputs under one mapping: all of them,
-or nearly all those it answers (TWIN_FRACTION, MIN_AGREEING), so that special-casing an input or
-two does not hide a copy. A run that fails twice rejects its tasks (admission: sandbox_error),
-and its sandbox CPU is charged to them. Each task has an allowance of its own (TASK_S): one
-whose examples keep the calls busy past it is left unchecked (admission: twin_check_slow), and
-the rest of its chunk is checked as before.
+mappings), each call under a CALL_S timer of CPU time that a watching process enforces, and
+prints the first problem whose results are, as data, the task's expected outputs under one
+mapping: all of them, or nearly all those it answers (TWIN_FRACTION, MIN_AGREEING), so that
+special-casing an input or two does not hide a copy. A run that fails twice rejects its tasks
+(admission: sandbox_error), and its sandbox CPU is charged to them. Each task has an allowance
+of its own (TASK_S): one whose examples keep the calls busy past it is left unchecked
+(admission: twin_check_slow), and the rest of its chunk is checked as before.
 
 The whole benchmark is held out (app.py), not only the problems a run validates on: a
 checkpoint is judged on all of HumanEval later, and a twin of a problem outside the run's subset

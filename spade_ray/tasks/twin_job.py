@@ -15,13 +15,21 @@ from spade_ray.tasks.twin_rules import RULES, kind
 __all__ = ["CALL_S", "ITEM_SLACK_S", "RAISE_S", "TASK_S", "TWINS", "kind"]
 
 CALL_S = 0.05  # one validation solution on one input; a slower one is no twin
+# Seconds of CPU, not of the clock (ITIMER_PROF): on a loaded machine a call waits for a core,
+# and a clock timer made a verbatim HumanEval/31 copy's first call Late, which ends the item as
+# no twin, and the copy was admitted (a `make test` beside a `make run`, s28). The same for
+# RAISE_S (twin_rules.twin) and for the watch below. The task allowance (TASK_S) stays in
+# clock time: it bounds how long a chunk's run takes, a sleeping call included.
 # ... and enforced from outside: the timer inside cannot stop one C call (HumanEval/60's
 # sum(range(n + 1)) on n = 10**10 ran past the whole run's 26.6 s budget, and every task of
 # its chunk went unchecked: red-team s23 H1). A child process runs the (problem, task,
-# mapping) items and reports each; one silent for the item's examples x CALL_S plus this is
-# killed, that item is no twin, and a new child goes on from the next. Slack for a fork and
-# a loaded machine (this one ran the twin job at 6x its CPU time in wall time):
+# mapping) items and reports each; one that spends the item's examples x CALL_S plus this in
+# CPU without a report is killed, that item is no twin, and a new child goes on from the next.
+# Slack for a fork:
 ITEM_SLACK_S = 0.5
+# ... and one silent that long times this in clock time, CPU or not (a call blocked in a
+# system call; this machine ran the twin job at 6x its CPU time in wall time under load):
+SILENT_WAITS = 8
 # A problem killed once (or that ended the child) is left out for the rest of the run: stuck
 # on a foreign input is no twin, and an archive's reference stuck in C on every non-int
 # argument was killed on each (task, mapping) item of every chunk: 3 new tasks took 44.8 s
@@ -68,7 +76,9 @@ RAISE_S = 3 * CALL_S
 TWINS = r'''
 import base64, inspect, itertools, json, math, os, pickle, select, signal, struct, sys, time
 job = json.loads(sys.stdin.read())
-RECORD = struct.Struct("<?d")  # one per item the child ran: twin?, seconds it took
+RECORD = struct.Struct("<?dd")  # one per item the child ran: twin?, seconds it took, the
+# child's CPU seconds after it
+TICK = os.sysconf("SC_CLK_TCK")
 out = os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_WRONLY)
 os.dup2(null, 1)
@@ -82,15 +92,15 @@ def late(*_):
     raise Late()
 
 
-signal.signal(signal.SIGALRM, late)
+signal.signal(signal.SIGPROF, late)
 
 
 def guarded(fn, *args):
-    signal.setitimer(signal.ITIMER_REAL, CALL_S)
+    signal.setitimer(signal.ITIMER_PROF, CALL_S)  # CPU time: see CALL_S
     try:
         return fn(*args)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 RULES
@@ -156,7 +166,7 @@ def child(start, write):
             raised[p, t] = raised.get((p, t), 0.0) + took
             if hit:
                 found[t] = fns[p][0]
-            os.write(write, RECORD.pack(hit, time.monotonic() - began))
+            os.write(write, RECORD.pack(hit, time.monotonic() - began, time.process_time()))
 
 
 def spend(t, seconds):
@@ -182,7 +192,7 @@ def watch(start):
         finally:
             os._exit(0)
     os.close(write)
-    i, done, k = start, b"", 0
+    i, done, k, cpu = start, b"", 0, 0.0  # cpu: the child's CPU seconds at its last report
     try:
         while True:
             while i < len(work) and (work[i][1] in found or work[i][0] in dropped):
@@ -192,7 +202,7 @@ def watch(start):
             t = work[i][1]
             while len(done) - k < RECORD.size:
                 deadline = len(tasks[t][0]) * CALL_S + ITEM_SLACK_S
-                if not select.select([read], [], [], deadline)[0]:
+                if silent(read, pid, cpu, deadline):
                     spend(t, deadline)
                     dropped.add(work[i][0])
                     stuck.add(work[i][:2])
@@ -203,7 +213,7 @@ def watch(start):
                     stuck.add(work[i][:2])
                     return i + 1
                 done, k = done[k:] + more, 0
-            hit, took = RECORD.unpack_from(done, k)
+            hit, took, cpu = RECORD.unpack_from(done, k)
             ran.add(work[i])
             if hit:
                 found[t] = fns[work[i][0]][0]
@@ -214,6 +224,26 @@ def watch(start):
         os.close(read)
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+def silent(read, pid, cpu, deadline):
+    """Whether the child sends nothing before it has spent `deadline` CPU seconds past `cpu`
+    (stuck in one C call), or SILENT_WAITS x `deadline` in clock time (blocked): one waiting
+    for a core on a loaded machine is neither."""
+    give_up = time.monotonic() + SILENT_WAITS * deadline
+    wait = deadline
+    while not select.select([read], [], [], wait)[0]:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return False  # gone: its pipe says so
+        left = min(deadline - ((int(fields[11]) + int(fields[12])) / TICK - cpu),
+                   give_up - time.monotonic())
+        if left <= 0:
+            return True
+        wait = max(left, 0.05)
+    return False
 
 
 found, spent = {}, {}  # per task: the problem it is (None: past its allowance); its seconds
@@ -234,5 +264,6 @@ out.write(json.dumps({"found": {str(t): p for t, p in found.items() if p is not 
                       "slow": [t for t, p in found.items() if p is None]}))
 out.flush()
 '''.replace("CALL_S", repr(CALL_S)).replace("ITEM_SLACK_S", repr(ITEM_SLACK_S)) \
+    .replace("SILENT_WAITS", repr(SILENT_WAITS)) \
     .replace("TASK_S", repr(TASK_S)).replace("RAISE_S", repr(RAISE_S)) \
     .replace("ALLOWED_IMPORTS", repr(sorted(ALLOWED_IMPORTS))).replace("RULES", RULES)

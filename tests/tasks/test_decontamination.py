@@ -119,6 +119,19 @@ def test_a_validation_solution_that_hangs_or_breaks_is_no_twin(sandbox):
     assert verdict(sandbox, EUCLID, (hangs, broken, imports_nothing)).valid
 
 
+
+@pytest.mark.parametrize("wait_s", [0.08, 0.3])
+def test_a_twin_whose_calls_wait_for_a_core_is_still_a_twin(sandbox, wait_s):
+    """A call that waits for a core on a loaded machine takes clock time and no CPU: the sleep
+    stands for that here. With a clock timer, a verbatim HumanEval/31 copy's first call was
+    Late, which ends the item as no twin, and the copy was admitted (a `make test` beside a
+    `make run`, s28); and the watch killed an item silent for its examples x CALL_S plus
+    ITEM_SLACK_S in clock time (6 calls of 0.3 s: 1.8 s against 0.8 s), stuck or not."""
+    waits = HeldOut("H/waits", f"import time\ndef g(n):\n    time.sleep({wait_s})\n"
+                    "    return n * n\n", "g")
+    copy = proposal(SQUARE, calls(1, 2, 3, 4, 5, 6))
+    assert verdict(sandbox, copy, (waits,)).reason == "validation_twin:H/waits"
+
 def test_the_seed_pool_has_no_twin_in_humaneval(sandbox):
     # Five seeds had one (max_of, is_prime, gcd, prime_factors, and insertion_sort on inputs
     # where sorting by digit sum sorts too): the seeds of every run trained on validation. Two
