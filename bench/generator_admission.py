@@ -176,7 +176,7 @@ def main() -> int:
     work = list(zip(topic_schedule(TOPICS, args.prompts, 0),
                     family_schedule(list(TaskFamily), args.prompts, 0)))
     framed = dataclasses.replace(base, stop=STOP)
-    plain, augmented = AdmissionConfig(), AdmissionConfig(augment_inputs=8)
+    plain, augmented = AdmissionConfig(augment_inputs=0), AdmissionConfig(augment_inputs=8)
     variants = {"no-stop": (dataclasses.replace(base, stop=()), 0, 2, plain),
                 "stop": (framed, 0, 2, plain),
                 "frame": (framed, 96, 2, plain),

@@ -10,7 +10,7 @@ import dataclasses
 import itertools
 
 from spade_ray import loop, stages
-from spade_ray.config import ValidationConfig, validate_loop
+from spade_ray.config import ValidationConfig, admission_config, validate_loop
 from spade_ray.recorder import Recorder
 from spade_ray.records import (
     Completion,
@@ -159,9 +159,13 @@ def run_scripted(sandbox, tmp_path, learns: str, rounds: int = 5, trainer=None,
     solver = ScriptedEngines("solver", lambda _, prompt, k: script.candidate(prompt, k))
     trainer = trainer or ScriptedTrainer([], learns)
     trainer.engines = [generator, solver]
+    # Admitted on their own inputs: augmented, the collapsed generator's first task (`x + 1`,
+    # an argument plus one: a guess of partial credit's floor) is trivial_passes:split and the
+    # alarm comes a round later; these tests are of what comes after admission
     config = validate_loop({"rounds": rounds, "tasks_per_round": 2, "chunk_size": 2,
                             "candidates": 4, "topics": ["strings", "lists"],
-                            "families": ["codegen"], "frame_tokens": 0, **loop_keys})
+                            "families": ["codegen"], "frame_tokens": 0,
+                            "admission": {"augment_inputs": 0}, **loop_keys})
     with scripted_loop(sandbox, tmp_path, generator, solver, config, seeds=seeds,
                        trainer=trainer, control=control) as (run, _):
         return loop.run_rounds(run), trainer, generator
@@ -180,7 +184,7 @@ def scripted_loop(sandbox, tmp_path, generator, solver, config, seeds=(), traine
         recorder=Recorder("scripted", tmp_path, store, sink),
         generation=stages.Generation(generator, templates["generator"],
                                      SamplingParams(n=outputs_per_prompt), few_shot[0],
-                                     config.max_similarity, LIMITS),
+                                     config.max_similarity, LIMITS, admission_config(config)),
         solving=stages.Solving(solver, {f: templates[f] for f in TaskFamily}, False,
                                SamplingParams(n=4), few_shot[1], seeds),
         executor=sandbox, limits=LIMITS, loop=config, validation=ValidationConfig(problems=0),

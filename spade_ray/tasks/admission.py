@@ -45,10 +45,10 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         baselines.null_credit; a task whose answer is one
                                         cheap operation, sorted(xs), is one too);
                                         judged where inputs are augmented (a seed's, and a
-                                        generated one's with augment_inputs > 0): on its own
-                                        2-5 hidden examples nearly every task is passed so
-                                        (with augment_inputs 0, the code's default and
-                                        cpu_tiny's, a wrong program can pass one)
+                                        generated one's unless augment_inputs is 0): on its
+                                        own 2-5 hidden examples nearly every task is passed
+                                        so (with augment_inputs 0, a wrong program can pass
+                                        one)
     adequacy    weak_examples           the examples kill fewer than `min_mutation_score` of the
                                         reference's mutants, leaving out those any input
                                         kills (raising everywhere, or failing everywhere from
@@ -140,7 +140,13 @@ class AdmissionConfig:
     min_mutation_score: float = 0.5  # fraction of mutants the examples must kill
     max_reference_cpu_s: float = 2.0  # two passes over the inputs (the driver makes
     # driver.INTERPRETERS * driver.PASSES of them and is judged pro rata)
-    augment_inputs: int = 0  # a generated proposal's extra inputs, mutations of its own
+    # a generated proposal's extra inputs, mutations of its own (bench/generator_admission.py,
+    # frame-4shot vs frame-4shot-aug, for what they do). With 0, its 2-5 hidden examples let a
+    # table of the shown ones plus two guesses split by a condition pass nearly every task, and
+    # no admission test can tell; 16, not 8: on the seed programs admitted as generated tasks,
+    # 8 left 3 table-plus-rule programs passing every example, 16 none (s27: admission CPU
+    # 51 -> 65 s there). The default since s29; only the gemma configs set it before.
+    augment_inputs: int = 16
     # a seed's: its hand-written inputs (4-7) left 2-5 hidden examples, and on 16 of the 45
     # codegen tasks a table of the shown ones plus a split of two guesses passed every one
     # (baselines.null_credit 1.0: passed, value 1.0 for a wrong program; mean floor 0.78)

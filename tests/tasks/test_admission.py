@@ -16,6 +16,9 @@ from spade_ray.tasks.format import parse_proposal
 CODEGEN, REPAIR, PREDICT = TaskFamily.CODEGEN, TaskFamily.REPAIR, TaskFamily.PREDICT
 LIMITS = Limits(timeout_s=1.0, cpu_s=1.0)
 AUGMENT = AdmissionConfig(augment_inputs=8)
+# The generator's own inputs alone (by default admission adds 16 mutations of them): what these
+# tests pin is what admission does with the examples they write.
+OWN_INPUTS = AdmissionConfig(augment_inputs=0)
 
 
 def proposal(body: str, inputs: str, description: str = "Do it."):
@@ -32,7 +35,7 @@ GOOD = proposal("def clip_sum(xs: list[int], k: int) -> int:\n"
                 "clip_sum([4, 4], 4)\nclip_sum([7, 1, 6], 6)")
 
 
-def verdict(sandbox, p, family=CODEGEN, config=AdmissionConfig(), limits=LIMITS):
+def verdict(sandbox, p, family=CODEGEN, config=OWN_INPUTS, limits=LIMITS):
     return admit([p], [family], ["lists"], sandbox, limits, config)[0]
 
 
@@ -99,7 +102,7 @@ def test_a_looping_reference_is_stopped_at_twice_the_slow_bound(sandbox):
     """Not at the task's limits times the driver's runs (6 s of CPU under LIMITS): 2 x 0.2 s
     per pass, 3 interpreters, plus their start-up."""
     p = proposal("def f(n: int) -> int:\n    while True:\n        n += 1", "f(1)\nf(2)")
-    v = verdict(sandbox, p, config=AdmissionConfig(max_reference_cpu_s=0.2))
+    v = verdict(sandbox, p, config=AdmissionConfig(augment_inputs=0, max_reference_cpu_s=0.2))
     assert v.reason == "reference_timeout" and v.cpu_s < 4.0
 
 
@@ -149,7 +152,7 @@ def test_inputs_the_reference_raises_on_are_dropped_until_too_few_remain(sandbox
     v = verdict(sandbox, p)
     assert v.valid and [canonical.decode(e.args) for e in v.task.tests.examples] == \
         [(2,), (5,), (3,)]
-    assert verdict(sandbox, p, config=AdmissionConfig(min_examples=4)).reason == \
+    assert verdict(sandbox, p, config=AdmissionConfig(augment_inputs=0, min_examples=4)).reason == \
         "reference_raises"
 
 
@@ -167,7 +170,7 @@ def test_a_slow_reference_is_rejected(sandbox):
     the driver past 4x's 6.3 s of wall (reference_timeout) and LIMITS' 1:1 before that."""
     p = proposal("def f(n: int) -> int:\n    t = 0\n    for i in range(n):\n        t += i\n"
                  "    return t", "f(1500000)\nf(1500001)")
-    assert verdict(sandbox, p, config=AdmissionConfig(max_reference_cpu_s=0.2),
+    assert verdict(sandbox, p, config=AdmissionConfig(augment_inputs=0, max_reference_cpu_s=0.2),
                    limits=Limits(timeout_s=20.0, cpu_s=1.0)).reason == "reference_slow"
 
 
@@ -186,7 +189,8 @@ def test_examples_that_kill_few_mutants_are_weak(sandbox):
                  "f(1, 2)\nf(3, 4)\nf(5, 6)")
     v = verdict(sandbox, p)
     assert v.reason == "weak_examples" and v.mutation_score < 0.5
-    assert verdict(sandbox, p, config=AdmissionConfig(min_mutation_score=0.0)).valid
+    assert verdict(sandbox, p, config=AdmissionConfig(augment_inputs=0,
+                                                      min_mutation_score=0.0)).valid
 
 
 WEAK = ("    if a > 1000 and b < 7:\n        return a * b - 3\n    return a + b",
@@ -216,7 +220,8 @@ def test_padding_does_not_make_weak_examples_strong(sandbox, padding):
     # max_reference_cpu_s (reference_slow), and its mutants past a budget measured from the
     # reference's run before the load rose (timeouts count as kills: 0.33 with make run beside
     # make test): this test is about mutation scores, not speed
-    roomy = dict(config=AdmissionConfig(max_reference_cpu_s=10.0, check_timeout_s=4.0),
+    roomy = dict(config=AdmissionConfig(augment_inputs=0, max_reference_cpu_s=10.0,
+                                        check_timeout_s=4.0),
                  limits=Limits(timeout_s=4.0, cpu_s=4.0))
     assert verdict(sandbox, plain, **roomy).reason == "weak_examples"
     v = verdict(sandbox, padded, **roomy)
@@ -294,7 +299,7 @@ def test_float_answers_are_compared_with_a_tolerance_the_order_of_a_sum_cannot_f
     p = proposal("def mean(xs: list[float]) -> float:\n    return math.fsum(xs) / len(xs)",
                  "mean([1.5, 2.5])\nmean([1.0, 2.0, 4.5])\nmean([0.1] * 10)\n"
                  "mean([0.1, 0.2, 0.3])\nmean([0.7, 0.1, 0.3, 0.9])")
-    v = verdict(sandbox, p, CODEGEN, AdmissionConfig(min_mutation_score=0.0))
+    v = verdict(sandbox, p, CODEGEN, AdmissionConfig(augment_inputs=0, min_mutation_score=0.0))
     assert v.valid and v.task.tests.float_tolerance > 0, v.reason
     means = ["import math\ndef mean(xs):\n    return math.fsum(xs) / len(xs)\n",
              "def mean(xs):\n    return sum(xs) / len(xs)\n",
@@ -315,7 +320,7 @@ def test_a_reference_whose_printed_output_lies_fails_the_trusted_check(sandbox):
 def test_the_reference_is_checked_under_the_tasks_limits_not_the_mutants_timeout(sandbox):
     # A mutants' timeout no check can meet stands for a loaded machine: the reference must
     # still be judged by what it returns.
-    v = verdict(sandbox, GOOD, config=AdmissionConfig(check_timeout_s=0.001))
+    v = verdict(sandbox, GOOD, config=AdmissionConfig(augment_inputs=0, check_timeout_s=0.001))
     assert v.valid, v.reason
 
 

@@ -68,6 +68,9 @@ def test_a_task_a_split_of_two_guesses_passes_is_trivial(sandbox):
     for family in (CODEGEN, REPAIR):
         assert verdict(sandbox, p, family, SPLIT).reason == "trivial_passes:split"
         assert verdict(sandbox, p, family).valid  # judged only where inputs are augmented
+    # which they are by default (augment_inputs was 0 but in the gemma configs: a user's own
+    # experiment admitted such a task, and paid a wrong program 1.0 on it)
+    assert verdict(sandbox, p, CODEGEN, AdmissionConfig()).reason == "trivial_passes:split"
     # one step more (the count of items before t) is no split of guesses
     index = proposal(p.reference.replace("        n += 1\n", "        if x == t:\n"
                                          "            break\n        n += 1\n"), "\n".join(p.calls))

@@ -11,6 +11,7 @@ from spade_ray.tasks.seeds import load_seed_proposals
 
 LIMITS = Limits(timeout_s=1.0, cpu_s=1.0)
 HUMANEVAL = held_out(load_problems())  # what a run holds out: all of it, not its subset
+OWN_INPUTS = AdmissionConfig(augment_inputs=0)  # the examples each test writes, no more
 
 
 def proposal(body: str, inputs: str, description: str = "Do it."):
@@ -24,7 +25,7 @@ EUCLID = proposal("def common_part(x: int, y: int) -> int:\n    while y:\n"
                   "common_part(9, 6)", "The largest number dividing both.")
 
 
-def verdict(sandbox, p, held_out, config=AdmissionConfig()):
+def verdict(sandbox, p, held_out, config=OWN_INPUTS):
     return admit([p], [TaskFamily.CODEGEN], ["math"], sandbox, LIMITS, config,
                  held_out=held_out)[0]
 
@@ -169,7 +170,7 @@ def test_one_task_with_a_big_input_leaves_the_rest_of_its_chunk_checked(sandbox)
                       "digit_count(4567)")
     held = (problem("HumanEval/60"), problem("HumanEval/18"))  # a 2.6 s budget: soon spent
     chunk = admit([HOW_MANY_TIMES, digits], [TaskFamily.CODEGEN] * 2, ["text", "math"],
-                  sandbox, LIMITS, held_out=held)
+                  sandbox, LIMITS, OWN_INPUTS, held_out=held)
     assert [v.reason for v in chunk] == ["validation_twin:HumanEval/18", ""]
 
 

@@ -10,6 +10,8 @@ from spade_ray.tasks.guesses import bit_on_an_argument, null_solvers
 from spade_ray.tasks.stated import stated
 from tests.tasks.test_admission import AUGMENT, CODEGEN, GOOD, PREDICT, REPAIR, proposal, verdict
 
+UNSCORED = AdmissionConfig(augment_inputs=0, min_mutation_score=0.0)  # own inputs, any score
+
 
 def test_a_bit_after_an_argument_is_found_whatever_its_spelling():
     bits = [0, 1, 1, 0, 1, 0]
@@ -94,7 +96,7 @@ def test_a_predict_task_whose_answers_take_two_values_is_a_coin_flip(sandbox, bo
     time. As code to write, each is a task."""
     p = proposal(body, "f(1)\nf(5)\nf(9)\nf(12)\nf(20)")
     assert verdict(sandbox, p, PREDICT).reason == f"trivial_passes:{reason}"
-    assert verdict(sandbox, p, CODEGEN, AdmissionConfig(min_mutation_score=0.0)).valid
+    assert verdict(sandbox, p, CODEGEN, UNSCORED).valid
 
 
 SCRAMBLE = "(n * 1103515245 >> 16)"  # a bit source no reader computes
@@ -113,7 +115,7 @@ SCRAMBLE = "(n * 1103515245 >> 16)"  # a bit source no reader computes
 def test_a_predict_task_whose_answers_take_three_values_or_fewer_is_a_guess(sandbox, body):
     p = proposal(body, "\n".join(f"f({n})" for n in (1, 5, 9, 12, 20, 33, 41, 58)))
     assert verdict(sandbox, p, PREDICT).reason == "trivial_passes:few_valued"
-    assert verdict(sandbox, p, CODEGEN, AdmissionConfig(min_mutation_score=0.0)).valid
+    assert verdict(sandbox, p, CODEGEN, UNSCORED).valid
 
 
 @pytest.mark.parametrize("body", [
@@ -124,7 +126,7 @@ def test_a_predict_task_whose_answers_take_three_values_or_fewer_is_a_guess(sand
 def test_a_predict_task_with_many_answers_past_what_a_reader_computes_is_asked(sandbox, body):
     inputs = "\n".join(f"f({n})" for n in (1, 5, 9, 12, 20, 33, 41, 58)) if "n:" in body \
         else "f([1])\nf([2, 7])\nf([5, 5, 1])\nf([9, 0])\nf([4, 4, 4, 8])\nf([3, 6])"
-    v = verdict(sandbox, proposal(body, inputs), PREDICT, AdmissionConfig(min_mutation_score=0.0))
+    v = verdict(sandbox, proposal(body, inputs), PREDICT, UNSCORED)
     assert v.valid, v.reason
 
 
@@ -154,7 +156,7 @@ def test_a_task_a_table_of_its_shown_examples_passes_is_trivial(sandbox, family)
     assert verdict(sandbox, constant, family).reason == "trivial_passes:lookup"
     mixed = proposal("def f(n: int) -> bool:\n    return n in (2, 3, 5, 7)",
                      "f(2)\nf(4)\nf(5)\nf(9)")
-    assert verdict(sandbox, mixed, family, AdmissionConfig(min_mutation_score=0.0)).valid
+    assert verdict(sandbox, mixed, family, UNSCORED).valid
 
 
 def test_null_solvers_cover_constants_echoes_and_an_always_equal_object():
