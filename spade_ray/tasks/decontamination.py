@@ -21,20 +21,19 @@ checkpoint is judged on all of HumanEval later, and a twin of a problem outside 
 would have trained on it just the same (0.35 s of sandbox time for 8 tasks against all 164
 problems, measured here, against 0.02 s for 8 problems).
 
-What it does not catch: a twin whose first example is one on which the validation solution is
-slower than CALL_S, or with such examples or ones it is slow to raise on past RAISE_S in all
-(one or two after an agreeing answer are unanswered), a task that
-computes a validation problem only on inputs the task does not show, one that special-cases
-more than a fifth of the examples the problem answers (or shows fewer than MIN_AGREEING and
-special-cases one), and disguises past the mappings, the relabellings, the affine maps and
-containments of the answer (twin_rules.py) and the float tolerance (arguments nested deeper
-or re-encoded other than by a separator, renamed keys, an output wrapped in a dict or
-transformed other than affinely, a special case combined with a changed answer, rounding to
-fewer than two decimal places), and a copy beside two tasks of its chunk whose inputs stick
-its problem in one C call (a problem killed is left out for the rest of the run, ITEM_SLACK_S,
-and gets one more pass at the end). A known task is checked only on calls with the kinds of
-arguments its own examples pass (kinds), so a copy that changes the argument types (a str
-for a list) of a known task is missed; validation problems are checked on every call.
+What it does not catch: a twin with examples on which the validation solution is slower than
+CALL_S, or slow to raise, past RAISE_S in all (one or two before any disagreeing answer are
+unanswered), a task that computes a validation problem only on inputs the task does not show,
+one that special-cases more than a fifth of the examples the problem answers (or shows fewer
+than MIN_AGREEING and special-cases one), and disguises past the mappings, the relabellings, the
+affine maps and containments of the answer (twin_rules.py) and the float tolerance (arguments
+nested deeper or re-encoded other than by a separator, renamed keys, an output wrapped in a dict
+or transformed other than affinely, a special case combined with a changed answer, rounding to
+fewer than two decimal places), and a copy beside two tasks of its chunk whose inputs stick its
+problem in one C call (a problem killed is left out for the rest of the run, ITEM_SLACK_S, and
+gets one more pass at the end). A known task is checked only on calls with the kinds of
+arguments its own examples pass (kinds), so a copy that changes the argument types (a str for a
+list) of a known task is missed; validation problems are checked on every call.
 """
 
 from __future__ import annotations

@@ -302,10 +302,11 @@ def twin(fn, blobs, expected, mapping, flags, allowed=float("inf"), kinds=()):
             # no evidence either way, while the problem's unanswered calls on this task take
             # under RAISE_S in all. A Late used to end the item as no twin: an efficient
             # is_prime plus is_prime(10000019), where HumanEval/31 loops to n, was admitted
-            # (red-team s25, the slow example). It still does unless every answer so far
-            # agreed (only near-twins wait: waiting on every one doubled the twin run's CPU
-            # on the augmented seed pool).
-            if isinstance(e, Late) and not 0 < whole.agreed == whole.answered:
+            # (red-team s25, the slow example). It still does once an answer disagreed (only
+            # near-twins wait: waiting on every one doubled the twin run's CPU on the
+            # augmented seed pool), and it did before any answer, so the slow inputs written
+            # first hid the copy (s29).
+            if isinstance(e, Late) and whole.agreed < whole.answered:
                 return False, raising
             raising += time.process_time() - began
             if raising > allowed:

@@ -148,15 +148,21 @@ def test_honest_tasks_are_no_twins_of_humaneval(sandbox, body, inputs):
     assert reason(sandbox, proposal(body, inputs), HUMANEVAL) == ""
 
 
+IS_PRIME = ("def is_prime(n: int) -> bool:\n    if n < 2:\n        return False\n"
+            "    k = 2\n    while k * k <= n:\n        if n % k == 0:\n"
+            "            return False\n        k += 1\n    return True\n")
+FAST = [6, 101, 11, 13441, 61, 4, 1, 5, 17, 85, 77]
+
+
 @pytest.mark.parametrize("slow", [[10000019], [10000019, 20000003]])
-def test_a_copy_with_a_slow_example_or_two_is_a_twin(sandbox, slow):
+@pytest.mark.parametrize("first", [False, True])
+def test_a_copy_with_a_slow_example_or_two_is_a_twin(sandbox, slow, first):
     """An efficient is_prime plus one input on which HumanEval/31's loop to n is slower than
-    CALL_S was admitted: a Late ended the mapping as no twin (red-team s25)."""
-    copy = proposal("def is_prime(n: int) -> bool:\n    if n < 2:\n        return False\n"
-                    "    k = 2\n    while k * k <= n:\n        if n % k == 0:\n"
-                    "            return False\n        k += 1\n    return True\n",
-                    calls("is_prime", [(n,) for n in [6, 101, 11, 13441, 61, 4, 1, 5, 17, 85,
-                                                      77] + slow]),
+    CALL_S was admitted: a Late ended the mapping as no twin (red-team s25). After an agreeing
+    answer it no longer did, but before any it still did: the slow inputs written first hid
+    the copy."""
+    inputs = slow + FAST if first else FAST + slow
+    copy = proposal(IS_PRIME, calls("is_prime", [(n,) for n in inputs]),
                     "Return whether n is prime.")
     assert reason(sandbox, copy, (problem("HumanEval/31"),)) == "validation_twin:HumanEval/31"
 
