@@ -140,12 +140,10 @@ class AdmissionConfig:
     min_mutation_score: float = 0.5  # fraction of mutants the examples must kill
     max_reference_cpu_s: float = 2.0  # two passes over the inputs (the driver makes
     # driver.INTERPRETERS * driver.PASSES of them and is judged pro rata)
-    # a generated proposal's extra inputs, mutations of its own (bench/generator_admission.py,
-    # frame-4shot vs frame-4shot-aug, for what they do). With 0, its 2-5 hidden examples let a
-    # table of the shown ones plus two guesses split by a condition pass nearly every task, and
-    # no admission test can tell; 16, not 8: on the seed programs admitted as generated tasks,
-    # 8 left 3 table-plus-rule programs passing every example, 16 none (s27: admission CPU
-    # 51 -> 65 s there). The default since s29; only the gemma configs set it before.
+    # a generated proposal's extra inputs, mutations of its own. With 0, its 2-5 hidden examples
+    # let a table of the shown ones plus two guesses split by a condition pass nearly every task
+    # unseen; 16, not 8: on the seed programs admitted as generated tasks, 8 left 3 such programs
+    # passing every example, 16 none (s27: admission CPU 51 -> 65 s there)
     augment_inputs: int = 16
     # a seed's: its hand-written inputs (4-7) left 2-5 hidden examples, and on 16 of the 45
     # codegen tasks a table of the shown ones plus a split of two guesses passed every one
