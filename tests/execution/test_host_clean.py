@@ -12,6 +12,7 @@ import pytest
 
 from spade_ray.execution import cgroups
 from spade_ray.execution.hostpaths import MOUNT_ROOT
+from spade_ray.execution.jailuid import JAIL_UIDS
 from spade_ray.records import ExecStatus, TestSuite
 from tests.conftest import TEST_LIMITS, open_sandbox
 
@@ -24,14 +25,15 @@ HOSTILE = [
 
 
 def sandbox_uid_processes() -> set[int]:
-    """The sandbox user's processes, but those another process on the machine started (a fresh
-    clone's `make test` failed here once, seeing the jails of a test run next to it): those
+    """The jails' processes (their host uids: JAIL_UIDS), but those another process on the
+    machine started (a fresh clone's `make test` failed here once, seeing the jails of a test
+    run next to it): those
     whose nearest ancestor of another user is alive and neither this process nor PID 1 (where
     a process that escaped its jail ends up)."""
     found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if _uid(pid) == 65534 and _owner(pid) in (os.getpid(), 1, None):
+            if _uid(pid) in JAIL_UIDS and _owner(pid) in (os.getpid(), 1, None):
                 found.add(int(pid))
         except OSError:
             pass
@@ -43,9 +45,9 @@ def _uid(pid: str) -> int:
 
 
 def _owner(pid: str) -> int | None:
-    """The nearest ancestor of `pid` that is not the sandbox user's (None: gone meanwhile)."""
+    """The nearest ancestor of `pid` that is not a jail's (None: gone meanwhile)."""
     try:
-        while _uid(pid) == 65534:
+        while _uid(pid) in JAIL_UIDS:
             status = Path(f"/proc/{pid}/status").read_text()
             pid = re.search(r"^PPid:\s+(\d+)", status, re.MULTILINE)[1]
         return int(pid)
