@@ -4,9 +4,10 @@ The kernel keeps some budgets per host user, across namespaces (jailuid.py). Wit
 running as one uid, a candidate that used up the user's pipe pages left a concurrent candidate
 in another worker, on either backend, new pipes of 8 KB instead of 64 KB, and an honest program
 that staged 20 KB through a pipe of its own timed out there (red-team pass 18). Each family
-here: a hog in one worker spends the budget, a probe in the other, running meanwhile, must
-find it whole. The hog also reports that it did reach its own limit, so the probe's finding
-means something.
+here (pipe pages, inotify instances, queued signals; POSIX message queues are refused by the
+seccomp filter): a hog in one worker spends the budget, a probe in the other, running
+meanwhile, must find it whole. The hog also reports that it did reach its own limit, so the
+probe's finding means something.
 """
 
 import dataclasses
@@ -20,7 +21,7 @@ from spade_ray.execution.protocol import BackendUnavailable
 from tests.conftest import TEST_LIMITS, open_sandbox
 
 # The hog holds what it took for HOLD_S; the probe looks after WAIT_S, while it does.
-HOLD_S, WAIT_S = 2.5, 1.0
+HOLD_S, WAIT_S = 3.0, 1.5
 HOG = textwrap.dedent(f"""
     import fcntl, os, time
     F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
@@ -53,12 +54,19 @@ HOG = textwrap.dedent(f"""
                     if libc.inotify_init() < 0:
                         break
             finally:
-                time.sleep({HOLD_S})
+                time.sleep({HOLD_S} + 1)
                 os._exit(0)
         children.append(pid)
     time.sleep(0.5)
     print("inotify", "ok" if libc.inotify_init() >= 0 else ctypes.get_errno())
-    time.sleep({HOLD_S} - 0.5)
+    # queued signals (RLIMIT_SIGPENDING): a blocked real-time signal queued until refused
+    import signal
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+    for _ in range(1 << 20):
+        if libc.sigqueue(os.getpid(), signal.SIGRTMIN, None) < 0:
+            break
+    print("signal", ctypes.get_errno())
+    time.sleep({HOLD_S})
 """)
 PROBE = textwrap.dedent(f"""
     import ctypes, fcntl, os, time
@@ -66,18 +74,23 @@ PROBE = textwrap.dedent(f"""
     print("pipe", fcntl.fcntl(os.pipe()[1], 1032))
     libc = ctypes.CDLL(None, use_errno=True)
     print("inotify", "ok" if libc.inotify_init() >= 0 else ctypes.get_errno())
+    import signal
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+    print("signal", "ok" if libc.sigqueue(os.getpid(), signal.SIGRTMIN, None) == 0
+          else ctypes.get_errno())
 """)
-EMFILE = 24
+EMFILE, EAGAIN = 24, 11
 
 
 def test_a_candidate_spending_per_user_budgets_leaves_a_concurrent_jails_whole(backend):
     if backend == "local" and os.geteuid() != 0:
         pytest.skip("not root: the local backend's jails all run as our uid (jailuid.py)")
-    limits = dataclasses.replace(TEST_LIMITS, timeout_s=6.0)
+    limits = dataclasses.replace(TEST_LIMITS, timeout_s=8.0)
     with open_sandbox(backend, limits=limits, workers=2) as sb:
         hog, probe = sb.run_many([HOG, PROBE])
-    assert hog.stdout.split() == ["pipe", "8192", "inotify", str(EMFILE)], hog
-    assert probe.stdout.split() == ["pipe", "65536", "inotify", "ok"], probe
+    assert hog.stdout.split() == ["pipe", "8192", "inotify", str(EMFILE), "signal", str(EAGAIN)], \
+        hog
+    assert probe.stdout.split() == ["pipe", "65536", "inotify", "ok", "signal", "ok"], probe
 
 
 def test_live_leases_never_share_a_uid_and_a_closed_one_is_free_again(tmp_path):
