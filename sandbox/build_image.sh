@@ -25,7 +25,7 @@ export PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 HERE=$(dirname "$SELF")
-# What runs in the jail, in this order (docker_backend.image_tag hashes the same files).
+# What runs in the jail, in this order (docker_engine.image_tag hashes the same files).
 JAIL_FILES=("$HERE/harness.py" "$HERE/spawner.py" "$HERE/pump.py" "$HERE/child.py"
             "$HERE/cleanup.py" "$HERE/grader.py" "$HERE/recording.py" "$HERE/canonical.py")
 CACHE=${SPADE_CACHE:-${HOME:?HOME is unset; set SPADE_CACHE}/.cache/spade-ray}

@@ -108,9 +108,9 @@ def world_accessible(path: Path) -> bool:
 class Mount:
     """A mount of ours (as root) under MOUNT_ROOT, bound into the jail from there: a tmpfs
     capped in bytes and inodes for the working dir (owned by `uid`, the jail's host uid, which
-    empties it), or a bind of a host directory that sits
-    behind a private parent (a whitelisted package in a venv under /root), which bwrap, running
-    as a jail's uid, could not reach by its own path."""
+    empties it), or a bind of a host directory that sits behind a private parent (a whitelisted
+    package in a venv under /root), which bwrap, running as a jail's uid, could not reach by
+    its own path."""
 
     MS_NOSUID, MS_NODEV, MS_BIND, MNT_DETACH = 2, 4, 4096, 2
 

@@ -122,8 +122,8 @@ class LocalWorker:
 
     def _start(self) -> None:
         # What the jail needs from the host goes in as fds we open (bwrap copies or binds them),
-        # so it starts from any checkout, however private its directory (bwrap runs as a jail's
-        # uid).
+        # so it starts from any checkout, however private its directory (bwrap runs as the
+        # worker's uid).
         fds: list[int] = []
         try:
             self._spawn(fds)

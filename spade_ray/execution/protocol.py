@@ -288,7 +288,7 @@ def classify(reply: dict[str, Any], limits: Limits, measured: Measured) -> tuple
 
 def _memory_over_limit(reply: dict[str, Any], limits: Limits, measured: Measured) -> str:
     """Why a run that was not stopped exceeded `limits.memory_mb`, or "". The Docker container's
-    limit leaves room for the jail's server (docker_backend.HARNESS_MARGIN_MB) and the run's
+    limit leaves room for the jail's server (docker_engine.HARNESS_MARGIN_MB) and the run's
     peak there counts its growth with the output it buffers; the local backend's group holds
     the candidate alone, at exactly memory_mb. A program allocating 135 MB under 128 was `ok`
     on Docker, peak 136 MB, and memory_limit locally (red-team s24 H6): so a peak over the

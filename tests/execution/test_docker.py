@@ -9,8 +9,9 @@ import docker
 import pytest
 
 from spade_ray.execution import BackendUnavailable, docker_backend
-from spade_ray.execution.docker_backend import LABEL, DockerWorker
+from spade_ray.execution.docker_backend import DockerWorker
 from spade_ray.execution.docker_cgroups import host_cgroup_dir
+from spade_ray.execution.docker_engine import LABEL
 from spade_ray.records import ExecStatus, TestSuite
 from tests.conftest import TEST_LIMITS, open_sandbox
 
