@@ -17,6 +17,13 @@ answer. `same()` is the grader's comparison: types must match exactly (True is n
 1.0, and so in set items and dict keys too), floats compare exactly unless a tolerance is given
 (then `math.isclose` with it as both the relative and the absolute tolerance; not for floats
 inside set items or dict keys, which are exact), NaN equals NaN, and -0.0 equals 0.0.
+
+Sets and dicts compare a new item with every item already in them that shares its hash value,
+and ints, floats and tuples hash predictably (every k * (2**61 - 1) hashes to 0): items built
+to share one make building or comparing n of them quadratic. A set of 30,000 such ints cost
+the grader 10 s of CPU, until its own CPU limit killed it (red-team pass 18). So `decode`
+refuses, and `same` answers False for, a value whose sets and dicts would cost more than
+MAX_COLLISIONS such comparisons in all (`_Collisions`).
 """
 
 import json
@@ -26,6 +33,11 @@ import math
 MAX_DEPTH = 64
 MAX_TOKENS = 1_000_000
 MAX_TEXT_BYTES = 16 * 1024 * 1024
+# Honest data shares hash values by coincidence only: -1 and -2 do, and so do all 2**k k-tuples
+# of them (the 8 triples cost 28 comparisons). 100,000 comparisons (447 colliding ints) cost
+# 1.3 ms to build a set here and 12 ms in `same`; the 16 MB a decode takes could hold 700,000
+# colliding items (2.4e11 comparisons).
+MAX_COLLISIONS = 100_000
 
 _CONTAINERS = {list: "L", tuple: "U", set: "S", frozenset: "Z", dict: "D"}
 _BUILDERS = {"L": list, "U": tuple, "S": set, "Z": frozenset, "D": dict}
@@ -85,6 +97,7 @@ def decode(text):
         raise NotPlainData(f"not canonical text: {type(e).__name__}") from None
     if not isinstance(tokens, list) or not tokens or len(tokens) > MAX_TOKENS:
         raise NotPlainData("not a token list of the allowed size")
+    collisions = _Collisions()
     # Each open container: [tag, items still expected, items so far].
     open_items = []
     result = _NOTHING = object()
@@ -109,7 +122,7 @@ def decode(text):
                 value = _NOTHING
             if open_items[-1][1] == 0:
                 tag, _, items = open_items.pop()
-                value = _build(tag, items)
+                value = _build(tag, items, collisions)
         if not open_items and value is not _NOTHING:
             result = value
     if result is _NOTHING:
@@ -119,6 +132,13 @@ def decode(text):
 
 def same(a, b, tolerance: float = 0.0) -> bool:
     """Exact-type structural equality of two decoded values (see the module docstring)."""
+    try:
+        return _same(a, b, tolerance, _Collisions(), _Collisions())
+    except NotPlainData:  # a hash flood on either side: `decode` refuses it, as data it is not
+        return False
+
+
+def _same(a, b, tolerance, a_collisions, b_collisions):
     stack = [(a, b)]
     while stack:
         x, y = stack.pop()
@@ -134,20 +154,46 @@ def same(a, b, tolerance: float = 0.0) -> bool:
         elif type(x) is dict:
             # Typed keys: 1 and True are one key to Python but different data. Two NaN keys
             # are two keys under one typed key: their values pair up in order.
-            xs, ys = _by_typed_key(x), _by_typed_key(y)
+            xs, ys = _by_typed_key(x, a_collisions), _by_typed_key(y, b_collisions)
             if xs.keys() != ys.keys() or any(len(xs[k]) != len(ys[k]) for k in xs):
                 return False
             stack.extend(pair for k in xs for pair in zip(xs[k], ys[k]))
         elif type(x) in (set, frozenset):
             # Counted: two NaN objects are two items under one typed key ({nan} has one).
-            if _typed_counts(x) != _typed_counts(y):
+            if _typed_counts(x, a_collisions) != _typed_counts(y, b_collisions):
                 return False
         elif x != y:  # None, bool, int, str, bytes
             return False
     return True
 
 
-def _typed(value):
+class _Collisions:
+    """What one call's sets and dicts have cost in comparisons of items sharing a hash value."""
+
+    def __init__(self):
+        self.left = MAX_COLLISIONS
+
+    def count(self, keys):
+        """Charge the comparisons that putting `keys` into one set or dict would make among
+        items sharing a hash value (each key: one per earlier key with its hash, equal or not,
+        which bounds them), before they are made. Raises NotPlainData past the cap, and
+        TypeError for an unhashable key. Hash values are ints that hash to themselves and
+        never collide, so this count costs one dict insertion per key."""
+        if len(keys) < 2:
+            return
+        seen = {}
+        for key in keys:
+            h = hash(key)
+            earlier = seen.get(h, 0)
+            if earlier:
+                self.left -= earlier
+                if self.left < 0:
+                    raise NotPlainData(f"sets or dicts whose items share hash values: over "
+                                       f"{MAX_COLLISIONS} comparisons (a hash flood)")
+            seen[h] = earlier + 1
+
+
+def _typed(value, collisions):
     """A hashable item (a set's, or a dict key) with every type spelt out, for exact-type
     comparison of sets: `{True, 2.0} == {1, 2}` in Python, but not as data. Floats compare
     exactly here, whatever the tolerance (NaN equals NaN, -0.0 equals 0.0). Recursive, but only
@@ -156,24 +202,29 @@ def _typed(value):
     if kind is float and math.isnan(value):
         return (float, "nan")
     if kind is tuple:
-        return (tuple, tuple(_typed(v) for v in value))
+        return (tuple, tuple(_typed(v, collisions) for v in value))
     if kind is frozenset:
-        return (frozenset, frozenset(_typed_counts(value).items()))
+        counted = list(_typed_counts(value, collisions).items())
+        collisions.count(counted)
+        return (frozenset, frozenset(counted))
     return (kind, value)
 
 
-def _typed_counts(items):
+def _typed_counts(items, collisions):
+    keys = [_typed(item, collisions) for item in items]
+    collisions.count(keys)
     counts = {}
-    for item in items:
-        key = _typed(item)
+    for key in keys:
         counts[key] = counts.get(key, 0) + 1
     return counts
 
 
-def _by_typed_key(mapping):
+def _by_typed_key(mapping, collisions):
+    keys = [_typed(key, collisions) for key in mapping]
+    collisions.count(keys)
     grouped = {}
-    for key, value in mapping.items():
-        grouped.setdefault(_typed(key), []).append(value)
+    for key, value in zip(keys, mapping.values()):
+        grouped.setdefault(key, []).append(value)
     return grouped
 
 
@@ -210,10 +261,13 @@ def _scalar(tag: str, body: str):
     raise NotPlainData(f"unknown token {(tag + body)[:20]!r}")
 
 
-def _build(tag: str, items: list):
+def _build(tag: str, items: list, collisions: _Collisions):
     try:
         if tag == "D":
+            collisions.count(items[::2])
             return dict(zip(items[::2], items[1::2]))
+        if tag in "SZ":
+            collisions.count(items)
         return _BUILDERS[tag](items)
     except TypeError as e:  # an unhashable set item or dict key
         raise NotPlainData(f"bad {tag!r} container: {e}") from None

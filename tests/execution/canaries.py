@@ -369,6 +369,21 @@ ATTACKS = {
             x.append(x)
             return x
     """,
+    # Its own copy of the codec sends, as its answer, a set of 30,000 ints that all hash alike
+    # (multiples of 2**61 - 1): built, it would cost the grader's decode 4.5e8 comparisons.
+    "hash_flood_answer": """
+        import canonical
+        N, M = 30000, (1 << 61) - 1
+        FLOOD = f'"S{N}",' + ",".join(f'"i{k * M:x}"' for k in range(1, N + 1)) + "]"
+        encode = canonical.encode
+        def flood(value):
+            if value[1:] == ("ok", "flood"):
+                return f'["U3","i{value[0]:x}","sok",' + FLOOD
+            return encode(value)
+        canonical.encode = flood
+        def add(a, b):
+            return "flood"
+    """,
 }
 
 CONTROLS = {

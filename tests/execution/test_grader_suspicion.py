@@ -15,6 +15,15 @@ def test_probing_is_flagged_as_suspicion(sandbox, attack):
     assert result.suspicion
 
 
+@pytest.mark.parametrize("shape", ["asserts", "check"])  # examples cap an answer's size first
+def test_a_hash_flood_answer_is_refused_before_it_costs_the_grader(sandbox, shape):
+    """Decoded as a set, the answer would keep the grader busy until its CPU limit killed it;
+    refused unbuilt, it is a malformed reply, and the grader goes on to its report."""
+    result, _ = verdict(sandbox, ATTACKS["hash_flood_answer"], SHAPES[shape])
+    assert not result.passed
+    assert "hash flood" in result.suspicion and "killed" not in result.suspicion, result.suspicion
+
+
 @pytest.mark.parametrize("code", [WRONG, "def add(a, b):\n    return a - b\n",
                                   "raise ValueError('bug at import')",
                                   "def add(a, b):\n    return [a, b][2]\n",

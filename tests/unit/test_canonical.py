@@ -1,5 +1,6 @@
 """The canonical data codec (sandbox/canonical.py): what crosses between candidate and grader."""
 
+import itertools
 import math
 
 import pytest
@@ -103,3 +104,39 @@ def test_example_encodes_arguments_and_expected_value():
 def test_example_arguments_must_be_a_tuple():
     with pytest.raises(NotPlainData, match="tuple"):
         example([1], 2)
+
+
+P = 2**61 - 1  # every multiple of it hashes to 0; so does every 1-tuple of one
+
+
+def _flood_texts(n):
+    ints = ",".join(f'"i{k * P:x}"' for k in range(1, n + 1))
+    pairs = ",".join(f'"i{k * P:x}","N"' for k in range(1, n + 1))
+    tuples = ",".join(f'"U1","i{k * P:x}"' for k in range(1, n + 1))
+    return {"set": f'["S{n}",{ints}]', "frozenset": f'["Z{n}",{ints}]',
+            "dict": f'["D{n}",{pairs}]', "set of tuples": f'["S{n}",{tuples}]',
+            "nested in a list": f'["L2","N","S{n}",{ints}]'}
+
+
+@pytest.mark.parametrize("shape", list(_flood_texts(1)))
+def test_a_hash_flood_is_refused_before_it_is_built(shape):
+    """5,000 items sharing a hash would cost 12.5 million comparisons to build."""
+    with pytest.raises(NotPlainData, match="hash flood"):
+        decode(_flood_texts(5000)[shape])
+
+
+@pytest.mark.parametrize("value", [
+    {-1, -2},  # hash(-1) == hash(-2)
+    set(itertools.product([-1, -2], repeat=6)),  # 64 6-tuples sharing one hash
+    {k * P for k in range(1, 400)},  # 79,800 comparisons: under the cap
+    {frozenset({k * P}): k for k in range(1, 300)},
+], ids=["minus_one_and_two", "tuples_of_them", "399_colliding_ints", "frozenset_keys"])
+def test_values_under_the_collision_cap_round_trip_and_compare(value):
+    back = decode(encode(value))
+    assert same(value, back) and same(back, value)
+
+
+def test_same_is_false_for_a_hash_flood_on_either_side():
+    flood = {k * P for k in range(1, 3000)}
+    assert not same(flood, flood) and not same({1}, flood) and not same(flood, {1})
+    assert not same([{(k * P,) for k in range(1, 3000)}], [{1}])
