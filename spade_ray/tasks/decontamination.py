@@ -31,13 +31,17 @@ nested deeper or re-encoded other than by a separator, renamed keys, an output w
 or transformed other than affinely, a special case combined with a changed answer, rounding to
 fewer than two decimal places), and a copy beside two tasks of its chunk whose inputs stick its
 problem in one C call (a problem killed is left out for the rest of the run, ITEM_SLACK_S, and
-gets one more pass at the end). A known task is checked only on calls with the kinds of
-arguments its own examples pass (kinds), so a copy that changes the argument types (a str for a
-list) of a known task is missed; validation problems are checked on every call.
+gets one more pass at the end). A problem is checked only on calls with the kinds of arguments
+it was written for (kinds: a known task's examples pass them, a HumanEval problem's test calls
+its candidate with them), so a copy that changes the argument types (a str for a list) is
+missed. Checked on every call, validation problems made honest string tasks twins (red-team
+s31): HumanEval/12's longest(strings) walks a str's characters and returns its first, and any
+task whose output starts with its argument's first character held that answer at one place.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import dataclasses
 import json
@@ -57,8 +61,8 @@ class HeldOut:
     problem_id: str
     source: str
     entry_point: str
-    # a known task's: the kinds of arguments its own examples pass (kinds()); it is checked
-    # only on calls of those kinds (empty: on every call, as a validation problem is)
+    # the kinds of arguments it was written for (kinds(), test_kinds()); it is checked only
+    # on calls of those kinds (empty: on every call)
     kinds: tuple[tuple[str, ...], ...] = ()
 
 
@@ -68,6 +72,21 @@ def kinds(examples: Sequence[IOExample]) -> tuple[tuple[str, ...], ...]:
     alone answered lists with their squares and strs with every other character in branches
     its examples never reach, and honest later tasks of those shapes were known_twin (-1)."""
     return tuple(sorted({tuple(kind(v) for v in canonical.decode(e.args)) for e in examples}))
+
+
+def test_kinds(test: str) -> tuple[tuple[str, ...], ...]:
+    """The kinds of arguments a HumanEval test passes its `candidate`, read off the calls whose
+    arguments are all literals (161 of the 164 problems have some; the three whose tests
+    build their inputs, /32, /38 and /50, get none and are checked on every call)."""
+    found = set()
+    for node in ast.walk(ast.parse(test)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "candidate" and not node.keywords):
+            try:
+                found.add(tuple(kind(ast.literal_eval(a)) for a in node.args))
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue  # a name, a starred list, an expression: not a literal
+    return tuple(sorted(found))
 
 
 def known_tasks(tasks: Sequence[Task]) -> tuple[HeldOut, ...]:
@@ -84,10 +103,10 @@ def known_tasks(tasks: Sequence[Task]) -> tuple[HeldOut, ...]:
 
 
 def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
-    """HumanEval-shaped problems (task_id, prompt, canonical_solution, entry_point; the run
-    passes all of evaluation.humaneval.load_problems()) as the twin test needs them."""
-    return tuple(HeldOut(p.task_id, p.prompt + p.canonical_solution, p.entry_point)
-                 for p in problems)
+    """HumanEval-shaped problems (task_id, prompt, canonical_solution, entry_point, test; the
+    run passes all of evaluation.humaneval.load_problems()) as the twin test needs them."""
+    return tuple(HeldOut(p.task_id, p.prompt + p.canonical_solution, p.entry_point,
+                         test_kinds(p.test)) for p in problems)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -140,6 +140,13 @@ HONEST = [  # the red-team scripts' honest tasks: still admitted against all of 
      "tag_count('a b c', 0)\ntag_count('hello there', 1)\ntag_count('one', 0)\n"
      "tag_count('x y z w v', 0)\ntag_count('abc def', 1)\ntag_count('', 0)\n"
      "tag_count('q r', 1)\ntag_count('lots of words here now', 0)"),
+    # red-team s31: string tasks whose output starts with the argument's first character were
+    # twins of HumanEval/12 (longest(strings) walked the str and returned that character;
+    # sorting a word's characters is a twin still, of /86's anti_shuffle)
+    *[(f"def {name}(s: str) -> str:\n    return {ret}\n",
+       "\n".join(f"{name}({w!r})" for w in ("abcdef", "xyz", "hello", "qrstu", "mnop", "dcba")))
+      for name, ret in (("evens_odds", "s[::2] + s[1::2]"), ("ask", "s[:-1] + '?'"),
+                        ("doubled", "''.join(c * 2 for c in s)"), ("rot2", "s[2:] + s[:2]"))],
 ]
 
 
