@@ -17,7 +17,8 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         (on the generator's inputs or the augmented ones;
                                         for repair, the buggy program shown too)
                 reference_raises        too few inputs left once those the reference raises on
-                                        (or whose result is not plain data) are dropped, or
+                                        (or whose result is not plain data, or depends on an
+                                        interpreter limit: driver.RAISED) are dropped, or
                                         none of the generator's own
                 reference_slow          the reference needs more than `max_reference_cpu_s`
     trivial     constant_outputs        every input gives the same output

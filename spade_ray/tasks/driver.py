@@ -60,6 +60,22 @@ from spade_ray.records import ExecResult, ExecStatus, Limits
 INTERPRETERS = 3
 PASSES = 2  # over the inputs, in each interpreter
 #
+# An interpreter's limits are data too: `except RecursionError: return -1`, or the ValueError
+# of str() on an int past 4300 digits, turns them into an answer the description cannot state
+# (red-team s31: "count to n by recursion, -1 if too deep" and "the digits of 7**n, -1 past
+# str's limit" were admitted; a correct iterative or log10 solution failed them). So one
+# interpreter (RAISED) runs with a recursion limit ten times the default and no int-to-str
+# limit: an input whose answer changes there depends on a limit, and is dropped as one the
+# reference raises on (LIMIT_DEPENDENT), as it does where it leaves the error uncaught. The
+# other two keep the defaults the grader's candidates run with, and must agree exactly; so
+# must the raised one on every input it is not dropped for (a hash-seed coin flip agrees in
+# all three only 1 time in 4, as before). 10,000 frames: 20,000 ran in the jail's 8 MB
+# stack here, through a C builtin too (max(map(f, ...))), 50,000 crashed it. An input
+# deeper than that is answered alike in all three, and not caught.
+RAISED = 1
+RAISED_RECURSION_LIMIT = 10_000
+LIMIT_DEPENDENT = "LimitDependent"  # the exception name a dropped input's answer reads as
+#
 # The clocks jump: every read of the time module's clocks (and of the local or UTC time they
 # give) is off by a fresh random amount of up to 136 years. A reference may not read the time at
 # all (tasks/static.py), but one that reaches a clock by a way the static rules do not know
@@ -68,6 +84,9 @@ PASSES = 2  # over the inputs, in each interpreter
 RUNNER = r'''
 import ast, itertools, json, os, sys, time
 job = json.loads(sys.stdin.read())
+if os.environ["SPADE_LIMITS"] == "raised":
+    sys.setrecursionlimit(RAISED_RECURSION_LIMIT)
+    sys.set_int_max_str_digits(0)
 out = os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_WRONLY)
 os.dup2(null, 1)
@@ -182,12 +201,15 @@ DRIVER = r'''
 import json, os, subprocess, sys
 job = sys.stdin.read()
 runs = []
-for _ in range(INTERPRETERS):
+for k in range(INTERPRETERS):
     done = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=job, text=True,
-                          capture_output=True, env={"SPADE_NONCE": os.urandom(8).hex()})
+                          capture_output=True,
+                          env={"SPADE_NONCE": os.urandom(8).hex(),
+                               "SPADE_LIMITS": "raised" if k == RAISED else "default"})
     runs.append([done.returncode, done.stdout[-4000000:], done.stderr[-2000:]])
 print(json.dumps(runs))
-'''.replace("RUNNER", repr(RUNNER)).replace("INTERPRETERS", str(INTERPRETERS))
+'''.replace("RUNNER", repr(RUNNER.replace("RAISED_RECURSION_LIMIT", str(RAISED_RECURSION_LIMIT)))) \
+    .replace("INTERPRETERS", str(INTERPRETERS)).replace("RAISED", str(RAISED))
 
 
 def job(reference: str, entry_point: str, inputs: Sequence[tuple]) -> str:
@@ -232,9 +254,11 @@ def answers(run: ExecResult, calls: int, max_reference_cpu_s: float) -> list | s
         return "reference_error"  # the reference failed at import, or broke its own output
     if len(outputs) != INTERPRETERS or any(codes):
         return "reference_error"
-    if "nondeterministic" in outputs or any(o != outputs[0] for o in outputs):
+    raised = outputs.pop(RAISED)
+    if "nondeterministic" in (*outputs, raised) or any(o != outputs[0] for o in outputs):
         return "nondeterministic"
     first = outputs[0]
-    if not isinstance(first, list) or len(first) != calls:
+    if not all(isinstance(o, list) and len(o) == calls for o in (first, raised)):
         return "reference_error"
-    return first
+    return [mine if mine[:2] == theirs[:2] else ["raise", LIMIT_DEPENDENT, mine[2]]
+            for mine, theirs in zip(first, raised)]

@@ -3,7 +3,7 @@
 import pytest
 
 from spade_ray.tasks.admission import AdmissionConfig
-from spade_ray.tasks.driver import DRIVER, answers, driver_limits, job
+from spade_ray.tasks.driver import DRIVER, LIMIT_DEPENDENT, answers, driver_limits, job
 from tests.tasks.conftest import LIMITS
 
 MAX_CPU_S = AdmissionConfig().max_reference_cpu_s
@@ -72,3 +72,20 @@ def test_honest_memoisation_and_module_tables_are_deterministic(sandbox, referen
     inputs = [(30,), (10,), (1,), (20,), (10,)]
     assert driven(sandbox, reference, entry, inputs) == \
         [["ok", "832040"], ["ok", "55"], ["ok", "1"], ["ok", "6765"], ["ok", "55"]]
+
+
+@pytest.mark.parametrize("reference, entry, inputs, kept", [
+    # red-team s31: admitted, and an iterative count_up or a log10 digits7 (correct) failed
+    ("def count_up(n: int) -> int:\n    def go(k):\n        return go(k + 1) if k < n else k\n"
+     "    try:\n        return go(0)\n    except RecursionError:\n        return -1\n",
+     "count_up", [(10,), (995,), (2000,), (500,)], [("10",), None, None, ("500",)]),
+    ("def digits7(n: int) -> int:\n    try:\n        return len(str(7 ** n))\n"
+     "    except ValueError:\n        return -1\n",
+     "digits7", [(10,), (6000,), (5000,)], [("9",), None, ("4226",)]),
+], ids=["recursion_limit", "int_str_digits"])
+def test_an_answer_an_interpreter_limit_decides_is_dropped(sandbox, reference, entry, inputs,
+                                                          kept):
+    """The same in every interpreter with the defaults, but not an answer of the task: the
+    input is dropped as one the reference raises on, and the others keep their answers."""
+    assert driven(sandbox, reference, entry, inputs) == [
+        ["ok", k[0]] if k else ["raise", LIMIT_DEPENDENT] for k in kept]
