@@ -132,38 +132,38 @@ def decode(text):
 
 def same(a, b, tolerance: float = 0.0) -> bool:
     """Exact-type structural equality of two decoded values (see the module docstring)."""
+    sides = None  # each side's _Collisions, made at the first set or dict (a scalar's 0.3 us
+    # call took 1 us when made up front)
+    stack = [(a, b)]
     try:
-        return _same(a, b, tolerance, _Collisions(), _Collisions())
+        while stack:
+            x, y = stack.pop()
+            if type(x) is not type(y):
+                return False
+            if type(x) is float:
+                if not _same_float(x, y, tolerance):
+                    return False
+            elif type(x) in (list, tuple):
+                if len(x) != len(y):
+                    return False
+                stack.extend(zip(x, y))
+            elif type(x) is dict:
+                # Typed keys: 1 and True are one key to Python but different data. Two NaN
+                # keys are two keys under one typed key: their values pair up in order.
+                sides = sides or (_Collisions(), _Collisions())
+                xs, ys = _by_typed_key(x, sides[0]), _by_typed_key(y, sides[1])
+                if xs.keys() != ys.keys() or any(len(xs[k]) != len(ys[k]) for k in xs):
+                    return False
+                stack.extend(pair for k in xs for pair in zip(xs[k], ys[k]))
+            elif type(x) in (set, frozenset):
+                # Counted: two NaN objects are two items under one typed key ({nan} has one).
+                sides = sides or (_Collisions(), _Collisions())
+                if _typed_counts(x, sides[0]) != _typed_counts(y, sides[1]):
+                    return False
+            elif x != y:  # None, bool, int, str, bytes
+                return False
     except NotPlainData:  # a hash flood on either side: `decode` refuses it, as data it is not
         return False
-
-
-def _same(a, b, tolerance, a_collisions, b_collisions):
-    stack = [(a, b)]
-    while stack:
-        x, y = stack.pop()
-        if type(x) is not type(y):
-            return False
-        if type(x) is float:
-            if not _same_float(x, y, tolerance):
-                return False
-        elif type(x) in (list, tuple):
-            if len(x) != len(y):
-                return False
-            stack.extend(zip(x, y))
-        elif type(x) is dict:
-            # Typed keys: 1 and True are one key to Python but different data. Two NaN keys
-            # are two keys under one typed key: their values pair up in order.
-            xs, ys = _by_typed_key(x, a_collisions), _by_typed_key(y, b_collisions)
-            if xs.keys() != ys.keys() or any(len(xs[k]) != len(ys[k]) for k in xs):
-                return False
-            stack.extend(pair for k in xs for pair in zip(xs[k], ys[k]))
-        elif type(x) in (set, frozenset):
-            # Counted: two NaN objects are two items under one typed key ({nan} has one).
-            if _typed_counts(x, a_collisions) != _typed_counts(y, b_collisions):
-                return False
-        elif x != y:  # None, bool, int, str, bytes
-            return False
     return True
 
 
