@@ -260,5 +260,7 @@ def answers(run: ExecResult, calls: int, max_reference_cpu_s: float) -> list | s
     first = outputs[0]
     if not all(isinstance(o, list) and len(o) == calls for o in (first, raised)):
         return "reference_error"
-    return [mine if mine[:2] == theirs[:2] else ["raise", LIMIT_DEPENDENT, mine[2]]
-            for mine, theirs in zip(first, raised)]
+    # the entries are the reference's process's output: checked as data, never trusted to
+    # have a shape (admission reads only well-formed ones)
+    return [mine if type(mine) is list and type(theirs) is list and mine[:2] == theirs[:2]
+            else ["raise", LIMIT_DEPENDENT, 0] for mine, theirs in zip(first, raised)]

@@ -1,7 +1,10 @@
 """The admission driver: a reference's answers are what a fresh program returns (real sandbox)."""
 
+import json
+
 import pytest
 
+from spade_ray.records import ExecResult, ExecStatus
 from spade_ray.tasks.admission import AdmissionConfig
 from spade_ray.tasks.driver import DRIVER, LIMIT_DEPENDENT, answers, driver_limits, job
 from tests.tasks.conftest import LIMITS
@@ -89,3 +92,28 @@ def test_an_answer_an_interpreter_limit_decides_is_dropped(sandbox, reference, e
     input is dropped as one the reference raises on, and the others keep their answers."""
     assert driven(sandbox, reference, entry, inputs) == [
         ["ok", k[0]] if k else ["raise", LIMIT_DEPENDENT] for k in kept]
+
+
+def _run(*outputs) -> ExecResult:
+    """A driver run whose interpreters printed `outputs` (JSON values), in order."""
+    return ExecResult(status=ExecStatus.OK, exit_code=0,
+                      stdout=json.dumps([[0, json.dumps(o), ""] for o in outputs]), stderr="",
+                      truncated=False, wall_s=0.1, cpu_s=0.1, peak_memory_mb=10.0, env_hash="",
+                      limits_enforced_by="")
+
+
+def test_only_the_inputs_the_raised_interpreter_answers_otherwise_are_dropped():
+    default = [["ok", "1", 2], ["ok", "-1", 4], ["raise", "RecursionError", 0]]
+    raised = [["ok", "1", 2], ["ok", "995", 2], ["ok", "3000", 2]]
+    assert answers(_run(default, raised, default), 3, MAX_CPU_S) == \
+        [["ok", "1", 2], ["raise", LIMIT_DEPENDENT, 0], ["raise", LIMIT_DEPENDENT, 0]]
+    # the two with the defaults must agree exactly, as before
+    assert answers(_run(default, default, raised), 3, MAX_CPU_S) == "nondeterministic"
+
+
+@pytest.mark.parametrize("raised", [[1, "x", None], [[], ["ok"], {"a": 1}]])
+def test_entries_the_reference_forged_are_dropped_not_trusted(raised):
+    """A reference that writes the interpreter's output itself (and exits) chooses its shape."""
+    default = [["ok", "1", 2], ["ok", "2", 3], ["ok", "3", 4]]
+    assert answers(_run(default, raised, default), 3, MAX_CPU_S) == \
+        [["raise", LIMIT_DEPENDENT, 0]] * 3
