@@ -26,17 +26,22 @@ CALL_S, or slow to raise, past RAISE_S in all (one or two before any disagreeing
 unanswered), a task that computes a validation problem only on inputs the task does not show,
 one that special-cases more than a fifth of the examples the problem answers (or shows fewer
 than MIN_AGREEING and special-cases one), and disguises past the mappings, the relabellings, the
-affine maps and containments of the answer (twin_rules.py) and the float tolerance (arguments
-nested deeper or re-encoded other than by a separator, renamed keys, an output wrapped in a dict
-or transformed other than affinely, a special case combined with a changed answer, rounding to
-fewer than two decimal places), and a copy beside two tasks of its chunk whose inputs stick its
+affine maps, reversals and containments of the answer (twin_rules.py) and the float tolerance
+(arguments nested deeper or re-encoded other than by a separator, renamed keys, an output
+wrapped in a dict or transformed otherwise, an input shifted (HumanEval/55's fib(n + 1)), a
+special case combined with a changed answer, rounding to fewer than two decimal places), and a
+copy beside two tasks of its chunk whose inputs stick its
 problem in one C call (a problem killed is left out for the rest of the run, ITEM_SLACK_S, and
-gets one more pass at the end). A problem is checked only on calls with the kinds of arguments
-it was written for (kinds: a known task's examples pass them, a HumanEval problem's test calls
-its candidate with them), so a copy that changes the argument types (a str for a list) is
-missed. Checked on every call, validation problems made honest string tasks twins (red-team
-s31): HumanEval/12's longest(strings) walks a str's characters and returns its first, and any
-task whose output starts with its argument's first character held that answer at one place.
+gets one more pass at the end). A known task is checked only on calls with the kinds of
+arguments its own examples pass (kinds), so a copy that changes the argument types (a str for a
+list) of a known task is missed. A validation problem is checked on every call, but its answer
+held at one place inside an expected output (a containment: twin_rules.spots) counts only on
+calls of the kinds its own test passes (written_for): on a str, HumanEval/12's longest(strings)
+returns the first character, which starts the output of many honest string tasks, and all
+of the red team's four such tasks were its twins (s31). Checked on those kinds alone, 82 of the
+164 problems gave the same answers with one argument of another kind (a digit str for an int,
+a str for a list of characters, a dict for a list of its keys), and copies so called were
+admitted (red-team s31, pass 20).
 """
 
 from __future__ import annotations
@@ -61,9 +66,13 @@ class HeldOut:
     problem_id: str
     source: str
     entry_point: str
-    # the kinds of arguments it was written for (kinds(), test_kinds()); it is checked only
-    # on calls of those kinds (empty: on every call)
+    # a known task's: the kinds of arguments its own examples pass (kinds()); it is checked
+    # only on calls of those kinds (empty: on every call, as a validation problem is)
     kinds: tuple[tuple[str, ...], ...] = ()
+    # a validation problem's: the kinds its own test passes (test_kinds()); an answer held
+    # inside the expected output (twin_rules.spots) counts only on calls of those kinds
+    # (empty: on every call)
+    written_for: tuple[tuple[str, ...], ...] = ()
 
 
 def kinds(examples: Sequence[IOExample]) -> tuple[tuple[str, ...], ...]:
@@ -106,7 +115,7 @@ def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
     """HumanEval-shaped problems (task_id, prompt, canonical_solution, entry_point, test; the
     run passes all of evaluation.humaneval.load_problems()) as the twin test needs them."""
     return tuple(HeldOut(p.task_id, p.prompt + p.canonical_solution, p.entry_point,
-                         test_kinds(p.test)) for p in problems)
+                         written_for=test_kinds(p.test)) for p in problems)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +142,8 @@ def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], exe
     unchecked = (False,) * len(tasks)
     if not tasks or not held_out:
         return TwinCheck((None,) * len(tasks), unchecked, False, 0.0)
-    job = {"problems": [[h.problem_id, h.source, h.entry_point, [list(k) for k in h.kinds]]
-                        for h in held_out],
+    job = {"problems": [[h.problem_id, h.source, h.entry_point, [list(k) for k in h.kinds],
+                         [list(k) for k in h.written_for]] for h in held_out],
            "tasks": [[[_pickled(e.args), _pickled(e.expected)] for e in examples]
                      for examples in tasks]}
     # every task's allowance and the one item that may overrun it, the definitions, start-up

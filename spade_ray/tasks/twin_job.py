@@ -139,7 +139,7 @@ for examples in job["tasks"]:
                   groups(calls),
                   (TASK_S * len(job["problems"]) + 1) * CALL_S * len(blobs) + ITEM_SLACK_S))
 fns, work = [], []  # work: (problem, task, mapping) in the order they are tried
-for problem_id, source, entry, own in job["problems"]:
+for problem_id, source, entry, own, written_for in job["problems"]:
     try:
         fn, signature = defined(source, problem_id, entry)
     except BaseException:
@@ -150,7 +150,7 @@ for problem_id, source, entry, own in job["problems"]:
             binds[n] = signature.bind(*range(n)) is not None
         except TypeError:
             binds[n] = False
-    fns.append((problem_id, fn, {tuple(k) for k in own}))
+    fns.append((problem_id, fn, {tuple(k) for k in own}, {tuple(k) for k in written_for}))
     work += [(len(fns) - 1, t, m) for t, (_, _, ms, _, _) in enumerate(tasks)
              for m, lengths in ms if all(binds[n] for n in lengths)]
 
@@ -162,7 +162,7 @@ def child(start, write):
             blobs, expected, _, flags, _ = tasks[t]
             began = time.monotonic()
             hit, took = twin(fns[p][1], blobs, expected, m, flags,
-                             RAISE_S - raised.get((p, t), 0.0), fns[p][2])
+                             RAISE_S - raised.get((p, t), 0.0), fns[p][2], fns[p][3])
             raised[p, t] = raised.get((p, t), 0.0) + took
             if hit:
                 found[t] = fns[p][0]

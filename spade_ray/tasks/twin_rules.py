@@ -42,8 +42,9 @@ MAX_LABELS = 3
 # results or more, every expected output is one affine function a * result + b (a != 0,
 # within the tolerance) of the problem's result, or holds it at one place: the same item of
 # a list or tuple of one length up to MAX_PACK, or its text at one offset from the start or
-# the end of a str. Not any one-to-one map: HumanEval/27's flip_case is one-to-one, and any
-# task with distinct outputs would be its twin. An example whose result is one of the call's
+# the end of a str, or is it backwards (red-team s31: HumanEval/26's and /27's answers
+# reversed were admitted). Not any one-to-one map: HumanEval/27's flip_case is one-to-one,
+# and any task with distinct outputs would be its twin. An example whose result is one of the call's
 # arguments does not count for these rules: frame(word, left, right) starts with left, and
 # HumanEval/74 returns left on (left, right). Measured on the seed pool as shipped and
 # augmented (as generated tasks) against all 164 problems and against each other, and on the
@@ -185,7 +186,9 @@ class Evidence:
         self.line, self.points = not exact, []  # expected = a * result + b, a != 0
         self.spots = set() if exact else None  # where the result sits in each expected value
 
-    def add(self, key, result, wanted, args=()):
+    def add(self, key, result, wanted, args=(), contained=True):
+        """One answered example; `contained`: whether it may count for the containment rule
+        (spots): a call of the kinds the problem was written for."""
         value, shown = result
         self.answered += 1
         if key is not None:
@@ -206,7 +209,9 @@ class Evidence:
         self.results.add(shown)
         if self.line:
             self.line = self.linear(value, wanted)
-        if self.spots is None:
+        if not contained:
+            self.spots = set()
+        elif self.spots is None:
             self.spots = set(itertools.islice(spots(value, shown, wanted), 2 * MAX_PACK))
         elif self.spots:
             self.spots = {spot for spot in self.spots if holds(spot, value, shown, wanted)}
@@ -254,7 +259,9 @@ class Evidence:
 def spots(value, shown, wanted):
     """Where `value` sits inside `wanted`: an item of a short list or tuple, or its text at an
     offset from either end of a str (the answer wrapped, paired with a by-product, or
-    printed in a sentence)."""
+    printed in a sentence), or all of it backwards (a str, list or tuple reversed)."""
+    if backwards(value, wanted):
+        yield ("reversed",)
     if type(wanted) in (list, tuple) and len(wanted) <= MAX_PACK:
         for k, item in enumerate(wanted):
             if same(value, item):
@@ -269,9 +276,19 @@ def spots(value, shown, wanted):
                 k = wanted.find(text, k + 1)
 
 
+def backwards(value, wanted):
+    """Whether `wanted` is `value` reversed: a str, or a list or tuple (either for either)."""
+    if type(wanted) is str:
+        return type(value) is str and value[::-1] == wanted
+    return type(wanted) in (list, tuple) and type(value) in (list, tuple) and \
+        len(value) == len(wanted) and same(list(value)[::-1], wanted)
+
+
 def holds(spot, value, shown, wanted):
     """Whether `value` sits in `wanted` at `spot` (one of spots()): a check in one pass, so
     that a long expected output with many occurrences costs no more than one."""
+    if spot[0] == "reversed":
+        return backwards(value, wanted)
     if spot[0] == "item":
         return type(wanted) in (list, tuple) and len(wanted) == spot[1] and \
             same(value, wanted[spot[2]])
@@ -282,9 +299,10 @@ def holds(spot, value, shown, wanted):
     return bool(text) and text != wanted and k >= 0 and wanted.startswith(text, k)
 
 
-def twin(fn, blobs, expected, mapping, flags, allowed=float("inf"), kinds=()):
+def twin(fn, blobs, expected, mapping, flags, allowed=float("inf"), kinds=(), written_for=()):
     """Whether fn is the task under the mapping, and the seconds its unanswered calls took; it
-    is no twin once they take more than `allowed`."""
+    is no twin once they take more than `allowed`. Calls not of `kinds` are not answered;
+    those not of `written_for` do not count for the containment rule."""
     whole, raising = Evidence(len(blobs)), 0.0
     parts = {}  # (flag, value): the evidence of the examples with that value
     for j, values in enumerate(flags):
@@ -312,7 +330,7 @@ def twin(fn, blobs, expected, mapping, flags, allowed=float("inf"), kinds=()):
             if raising > allowed:
                 return False, raising  # RAISE_S
             continue
-        whole.add(key, result, wanted, args)
+        whole.add(key, result, wanted, args, fits(args, written_for))
         for j, values in enumerate(flags):
             if (j, values[i]) in parts:
                 parts[j, values[i]].add(key, result, wanted)

@@ -147,6 +147,16 @@ HONEST = [  # the red-team scripts' honest tasks: still admitted against all of 
        "\n".join(f"{name}({w!r})" for w in ("abcdef", "xyz", "hello", "qrstu", "mnop", "dcba")))
       for name, ret in (("evens_odds", "s[::2] + s[1::2]"), ("ask", "s[:-1] + '?'"),
                         ("doubled", "''.join(c * 2 for c in s)"), ("rot2", "s[2:] + s[:2]"))],
+    # outputs backwards that are no validation answer reversed (the reversal rule, s31)
+    ("def suffix_max(xs: list) -> list:\n    out, best = [], None\n    for x in reversed(xs):\n"
+     "        best = x if best is None or x > best else best\n        out.append(best)\n"
+     "    return out[::-1]\n",
+     "suffix_max([5, 3, 5, 2, 3, 3, 9, 0, 123])\nsuffix_max([4, 1, 4, 7])\n"
+     "suffix_max([2, 8, 8, 1, 6, 1])\nsuffix_max([10, 20, 10])\nsuffix_max([3, 1, 2])\n"
+     "suffix_max([7, 7, 1, 0, -3])"),
+    ("def mirror_words(s: str) -> str:\n    return ' '.join(w[::-1] for w in s.split(' '))\n",
+     "mirror_words('the quick brown fox')\nmirror_words('a b c')\nmirror_words('hello world')\n"
+     "mirror_words('one two')\nmirror_words('x y z w v')\nmirror_words('red green blue')"),
 ]
 
 
@@ -187,3 +197,44 @@ def test_a_problem_answering_a_few_examples_by_accident_makes_no_twin(sandbox):
     examples = [example(args, out) for args, out in FIRST_GREATER]
     check = twins([examples], (problem("HumanEval/76"),), sandbox, LIMITS)
     assert check.found == (None,) and not check.slow[0]
+
+
+ODD_DIGITS = ("def odd_digit_product(n{ann}) -> int:\n    product, odd = 1, 0\n"
+              "    for digit in str(n):\n        if int(digit) % 2:\n"
+              "            product, odd = product * int(digit), odd + 1\n"
+              "    return product if odd else 0\n")  # HumanEval/131's
+ODD_AT_EVEN = ("def odd_at_even(lst{ann}) -> int:\n"  # HumanEval/121's
+               "    return sum(x for i, x in enumerate(lst) if i % 2 == 0 and x % 2 == 1)\n")
+NUMBERS = [12345, 2468, 97531, 5, 120, 3077, 864213, 11]
+LISTS = [[5, 8, 7, 1], [3, 3, 3, 3, 3], [30, 13, 24, 121], [5, 9], [2, 4, 8], [30, 13, 23, 32],
+         [3, 13, 2, 9]]
+
+
+@pytest.mark.parametrize("body, args, problem_id", [
+    (ODD_DIGITS.format(ann=": str"), [(str(n),) for n in NUMBERS], "HumanEval/131"),
+    (ODD_AT_EVEN.format(ann=": bytes"), [(bytes(xs),) for xs in LISTS], "HumanEval/121"),
+], ids=["digit_str_for_an_int", "bytes_for_a_list"])
+def test_a_copy_called_with_another_kind_of_argument_is_a_twin(sandbox, body, args, problem_id):
+    """Red-team s31 pass 20: checked only on the kinds its test passes, a problem whose solution
+    handles other kinds alike missed such copies (82 of the 164 answered one so); its answer
+    agreeing exactly counts on every call, as before."""
+    copy = proposal(body, calls(body[4:body.index("(")], args))
+    assert reason(sandbox, copy, (problem(problem_id),)) == f"validation_twin:{problem_id}"
+
+
+REMOVE_DUPLICATES = ("def singles(numbers: list) -> list:\n"
+                     "    return [n for n in numbers if numbers.count(n) == 1]{rev}\n")  # /26's
+
+
+@pytest.mark.parametrize("body, args, problem_id", [
+    (REMOVE_DUPLICATES.format(rev="[::-1]"),
+     [([1, 2, 3, 2, 4],), ([5, 6, 5, 7, 8],), ([1, 1, 2, 3, 4, 5],), ([9, 8, 7],), ([4, 4, 1, 2],),
+      ([3, 1, 4, 1, 5, 9, 2, 6],)], "HumanEval/26"),
+    ("def flip_back(s: str) -> str:\n    return s.swapcase()[::-1]\n",
+     [("xyzXYZ",), ("Jerry jERRY",), ("abcde",), ("aaBBcc dd",), ("Hello World",), ("Q",)],
+     "HumanEval/27"),
+], ids=["list", "str"])
+def test_a_validation_answer_reversed_is_a_twin(sandbox, body, args, problem_id):
+    """Red-team s31: both were admitted."""
+    copy = proposal(body, calls(body[4:body.index("(")], args))
+    assert reason(sandbox, copy, (problem(problem_id),)) == f"validation_twin:{problem_id}"
