@@ -69,9 +69,12 @@ PASSES = 2  # over the inputs, in each interpreter
 # reference raises on (LIMIT_DEPENDENT), as it does where it leaves the error uncaught. The
 # other two keep the defaults the grader's candidates run with, and must agree exactly; so
 # must the raised one on every input it is not dropped for (a hash-seed coin flip agrees in
-# all three only 1 time in 4, as before). 10,000 frames: 20,000 ran in the jail's 8 MB
-# stack here, through a C builtin too (max(map(f, ...))), 50,000 crashed it. An input
-# deeper than that is answered alike in all three, and not caught.
+# all three only 1 time in 4, as before). It answers each input alone only, in a forked
+# child (the second pass): recursion through C code (sorted(key=f)) overflows the 8 MB stack
+# from about 2,000 frames deep, and a child that crashes loses that input's answer, where
+# the interpreter's own crash rejected the whole task (red-team s31, pass 20). 10,000
+# frames: 20,000 of pure Python ran here. An input deeper than that is answered alike in all
+# three, and not caught; a handler naming the error is refused before (tasks/static.py).
 RAISED = 1
 RAISED_RECURSION_LIMIT = 10_000
 LIMIT_DEPENDENT = "LimitDependent"  # the exception name a dropped input's answer reads as
@@ -189,6 +192,10 @@ def in_order(text):
 
 
 again = [alone(text) for text in job["calls"]]  # before the reference runs in this process
+if os.environ["SPADE_LIMITS"] == "raised":  # its answers alone: none in this process
+    out.write(json.dumps(again))
+    out.flush()
+    os._exit(0)
 shift_heap(1024)
 entry = reference()
 code[0] = getattr(entry, "__code__", None)

@@ -27,6 +27,11 @@ closed here (red-team passes found each of them admitted):
 Runtime backs these up: the admission driver's clocks jump at every read (tasks/driver.py), so a
 reference that reads the time some other way disagrees with itself and is nondeterministic.
 
+Nor may a reference name the errors of an interpreter's limits (LIMIT_ERRORS): a handler turns
+a limit into an answer the description cannot state (red-team s31: -1 where recursion went
+past 10,000 frames, or `len(range(...))` past the index size, failed honest solutions). The
+driver's raised interpreter catches the rest of that family up to its limits.
+
 The entry point's def line is also the end of the solver's prompt, so what it carries is given
 away (`signature_reason`): a default may only be a short scalar (red-team pass 10 admitted
 `def score(word, weights=lambda w: ...)`, which `return weights(word)` passed), an annotation
@@ -43,12 +48,13 @@ import types
 
 from spade_ray.tasks.imports import ALLOWED_IMPORTS, free_names
 
+LIMIT_ERRORS = frozenset({"RecursionError", "OverflowError", "MemoryError"})
 FORBIDDEN_NAMES = frozenset({
     "open", "input", "print", "eval", "exec", "compile", "__import__", "globals", "locals",
     "vars", "breakpoint", "id", "hash", "exit", "quit", "help", "memoryview", "setattr",
     "delattr", "getattr", "attrgetter", "methodcaller", "Formatter", "get_field", "get_value",
     "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod", "update_wrapper",
-    "wraps"})
+    "wraps"}) | LIMIT_ERRORS
 # the classes a match statement's class pattern may name: plain data, no __match_args__ to set
 MATCHABLE = frozenset({"int", "float", "complex", "str", "bytes", "bytearray", "bool", "list",
                        "tuple", "dict", "set", "frozenset"})

@@ -117,3 +117,15 @@ def test_entries_the_reference_forged_are_dropped_not_trusted(raised):
     default = [["ok", "1", 2], ["ok", "2", 3], ["ok", "3", 4]]
     assert answers(_run(default, raised, default), 3, MAX_CPU_S) == \
         [["raise", LIMIT_DEPENDENT, 0]] * 3
+
+
+def test_an_input_that_crashes_the_raised_interpreter_is_dropped_not_the_task(sandbox):
+    """Recursion through sorted(key=...) overflows the C stack at the raised recursion limit
+    (red-team s31, pass 20: the whole task was reference_error); at the default one it raises
+    RecursionError. Answered alone in a forked child, the crash loses that input only."""
+    reference = ("import functools\n\n@functools.lru_cache(maxsize=None)\n"
+                 "def steps(n: int) -> int:\n    if n <= 0:\n        return 0\n"
+                 "    options = sorted({n - int(d) for d in str(n) if d != '0'}, key=steps)\n"
+                 "    return 1 + steps(options[0])\n")
+    assert driven(sandbox, reference, "steps", [(7,), (30000,), (19,)]) == \
+        [["ok", "1"], ["raise", LIMIT_DEPENDENT], ["ok", "3"]]

@@ -175,3 +175,13 @@ def test_no_seed_signature_and_no_humaneval_one_is_refused():
     lines = [line for p in humaneval.load_problems() for line in p.prompt.splitlines()
              if line.startswith("def ") and line.rstrip().endswith(":")]
     assert len(lines) > 150 and [s for s in lines if signature_reason(s.rstrip())] == []
+
+
+@pytest.mark.parametrize("error", ["RecursionError", "OverflowError", "MemoryError"])
+def test_a_handler_of_an_interpreter_limit_is_refused(error):
+    """Red-team s31: `except RecursionError: return -1` past the driver's raised limit, and
+    `except OverflowError` around `len(range(...))` past the index size, were admitted with
+    answers an honest solution fails."""
+    reference = (f"def f(n: int) -> int:\n    try:\n        return len(range(n))\n"
+                 f"    except ({error}, ValueError):\n        return -1\n")
+    assert static_reason(reference) == f"forbidden:{error}"
