@@ -140,3 +140,14 @@ def test_same_is_false_for_a_hash_flood_on_either_side():
     flood = {k * P for k in range(1, 3000)}
     assert not same(flood, flood) and not same({1}, flood) and not same(flood, {1})
     assert not same([{(k * P,) for k in range(1, 3000)}], [{1}])
+
+
+def test_a_flood_of_long_keys_is_charged_their_length():
+    """Red-team s31 pass 20: 447 colliding tuples (under the cap by count) that share a prefix
+    of 2,200 items cost 2.2e8 item comparisons, and the grader its CPU limit."""
+    prefix = ",".join(['"i3e8"'] * 1000)
+    keys = ",".join(f'"U1001",{prefix},"i{k * P:x}"' for k in range(1, 448))
+    with pytest.raises(NotPlainData, match="hash flood"):
+        decode(f'["S447",{keys}]')
+    assert same(decode(encode({(1000,) * 1000 + (k,) for k in range(447)})),
+                {(1000,) * 1000 + (k,) for k in range(447)})  # long keys, honest hashes
