@@ -44,9 +44,9 @@ MAX_LABELS = 3
 # a list or tuple of one length up to MAX_PACK, or its text at one offset from the start or
 # the end of a str, or is it backwards (red-team s31: HumanEval/26's and /27's answers
 # reversed were admitted). Not any one-to-one map: HumanEval/27's flip_case is one-to-one,
-# and any task with distinct outputs would be its twin. An example whose result is one of the call's
-# arguments does not count for these rules: frame(word, left, right) starts with left, and
-# HumanEval/74 returns left on (left, right). Measured on the seed pool as shipped and
+# and any task with distinct outputs would be its twin. An example whose result is one of
+# the call's arguments does not count for these rules: frame(word, left, right) starts with
+# left, and HumanEval/74 returns left on (left, right). Measured on the seed pool as shipped and
 # augmented (as generated tasks) against all 164 problems and against each other, and on the
 # red-team scripts' honest tasks: no new twin (/work/notes/s25/gen_fix).
 MAX_PACK = 3
