@@ -27,10 +27,11 @@ closed here (red-team passes found each of them admitted):
 Runtime backs these up: the admission driver's clocks jump at every read (tasks/driver.py), so a
 reference that reads the time some other way disagrees with itself and is nondeterministic.
 
-Nor may a reference name the errors of an interpreter's limits (LIMIT_ERRORS): a handler turns
-a limit into an answer the description cannot state (red-team s31: -1 where recursion went
-past 10,000 frames, or `len(range(...))` past the index size, failed honest solutions). The
-driver's raised interpreter catches the rest of that family up to its limits.
+Nor may a reference name the errors of an interpreter's limits, or their parent classes
+(LIMIT_ERRORS): a handler turns a limit into an answer the description cannot state (red-team
+s31: -1 where recursion went past 10,000 frames, or `len(range(...))` past the index size,
+failed honest solutions). The driver's raised interpreter catches the rest of that family (a
+bare or `except Exception` handler) up to its limits; past them it is open.
 
 The entry point's def line is also the end of the solver's prompt, so what it carries is given
 away (`signature_reason`): a default may only be a short scalar (red-team pass 10 admitted
@@ -48,7 +49,11 @@ import types
 
 from spade_ray.tasks.imports import ALLOWED_IMPORTS, free_names
 
-LIMIT_ERRORS = frozenset({"RecursionError", "OverflowError", "MemoryError"})
+# and the classes above them that a handler could name instead (RecursionError is a
+# RuntimeError, OverflowError an ArithmeticError); `except Exception` and a bare `except` stay
+# allowed (honest parsing code uses them), and only the driver's raised interpreter sees those
+LIMIT_ERRORS = frozenset({"RecursionError", "OverflowError", "MemoryError", "RuntimeError",
+                          "ArithmeticError"})
 FORBIDDEN_NAMES = frozenset({
     "open", "input", "print", "eval", "exec", "compile", "__import__", "globals", "locals",
     "vars", "breakpoint", "id", "hash", "exit", "quit", "help", "memoryview", "setattr",

@@ -177,7 +177,8 @@ def test_no_seed_signature_and_no_humaneval_one_is_refused():
     assert len(lines) > 150 and [s for s in lines if signature_reason(s.rstrip())] == []
 
 
-@pytest.mark.parametrize("error", ["RecursionError", "OverflowError", "MemoryError"])
+@pytest.mark.parametrize("error", ["RecursionError", "OverflowError", "MemoryError",
+                                   "RuntimeError", "ArithmeticError"])
 def test_a_handler_of_an_interpreter_limit_is_refused(error):
     """Red-team s31: `except RecursionError: return -1` past the driver's raised limit, and
     `except OverflowError` around `len(range(...))` past the index size, were admitted with
