@@ -287,8 +287,9 @@ def _scalar(tag: str, body: str):
 def _build(tag: str, items: list, collisions: _Collisions):
     try:
         if tag == "D":
-            collisions.count(items[::2])
-            return dict(zip(items[::2], items[1::2]))
+            keys = items[::2]
+            collisions.count(keys)
+            return dict(zip(keys, items[1::2]))
         if tag in "SZ":
             collisions.count(items)
         return _BUILDERS[tag](items)

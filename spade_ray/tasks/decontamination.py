@@ -69,7 +69,7 @@ class HeldOut:
     # a known task's: the kinds of arguments its own examples pass (kinds()); it is checked
     # only on calls of those kinds (empty: on every call, as a validation problem is)
     kinds: tuple[tuple[str, ...], ...] = ()
-    # a validation problem's: the kinds its own test passes (test_kinds()); an answer held
+    # a validation problem's: the kinds its own test passes (tested_kinds()); an answer held
     # inside the expected output (twin_rules.spots) counts only on calls of those kinds
     # (empty: on every call)
     written_for: tuple[tuple[str, ...], ...] = ()
@@ -83,7 +83,7 @@ def kinds(examples: Sequence[IOExample]) -> tuple[tuple[str, ...], ...]:
     return tuple(sorted({tuple(kind(v) for v in canonical.decode(e.args)) for e in examples}))
 
 
-def test_kinds(test: str) -> tuple[tuple[str, ...], ...]:
+def tested_kinds(test: str) -> tuple[tuple[str, ...], ...]:
     """The kinds of arguments a HumanEval test passes its `candidate`, read off the calls whose
     arguments are all literals (161 of the 164 problems have some; the three whose tests
     build their inputs, /32, /38 and /50, get none and are checked on every call)."""
@@ -115,7 +115,7 @@ def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
     """HumanEval-shaped problems (task_id, prompt, canonical_solution, entry_point, test; the
     run passes all of evaluation.humaneval.load_problems()) as the twin test needs them."""
     return tuple(HeldOut(p.task_id, p.prompt + p.canonical_solution, p.entry_point,
-                         written_for=test_kinds(p.test)) for p in problems)
+                         written_for=tested_kinds(p.test)) for p in problems)
 
 
 @dataclasses.dataclass(frozen=True)

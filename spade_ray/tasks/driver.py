@@ -87,7 +87,8 @@ LIMIT_DEPENDENT = "LimitDependent"  # the exception name a dropped input's answe
 RUNNER = r'''
 import ast, itertools, json, os, sys, time
 job = json.loads(sys.stdin.read())
-if os.environ["SPADE_LIMITS"] == "raised":
+raised_limits = os.environ["SPADE_LIMITS"] == "raised"
+if raised_limits:
     sys.setrecursionlimit(RAISED_RECURSION_LIMIT)
     sys.set_int_max_str_digits(0)
 out = os.fdopen(os.dup(1), "w")
@@ -192,7 +193,7 @@ def in_order(text):
 
 
 again = [alone(text) for text in job["calls"]]  # before the reference runs in this process
-if os.environ["SPADE_LIMITS"] == "raised":  # its answers alone: none in this process
+if raised_limits:  # its answers alone: none in this process
     out.write(json.dumps(again))
     out.flush()
     os._exit(0)
