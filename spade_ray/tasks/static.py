@@ -31,7 +31,8 @@ Nor may a reference name the errors of an interpreter's limits, or their parent 
 (LIMIT_ERRORS): a handler turns a limit into an answer the description cannot state (red-team
 s31: -1 where recursion went past 10,000 frames, or `len(range(...))` past the index size,
 failed honest solutions). The driver's raised interpreter catches the rest of that family (a
-bare or `except Exception` handler) up to its limits; past them it is open.
+bare or `except Exception` handler): it drops an input while whose answer a limit error was
+raised (tasks/driver.py).
 
 The entry point's def line is also the end of the solver's prompt, so what it carries is given
 away (`signature_reason`): a default may only be a short scalar (red-team pass 10 admitted

@@ -85,13 +85,33 @@ def test_honest_memoisation_and_module_tables_are_deterministic(sandbox, referen
     ("def digits7(n: int) -> int:\n    try:\n        return len(str(7 ** n))\n"
      "    except ValueError:\n        return -1\n",
      "digits7", [(10,), (6000,), (5000,)], [("9",), None, ("4226",)]),
-], ids=["recursion_limit", "int_str_digits"])
+    # red-team s31, pass 20: past what the raised interpreter raises, a handler that names no
+    # error made -1 the answer in all three, and honest solutions failed it
+    ("def count_up(n: int) -> int:\n    def go(k):\n        return go(k + 1) if k < n else k\n"
+     "    try:\n        return go(0)\n    except Exception:\n        return -1\n",
+     "count_up", [(10,), (20000,), (500,)], [("10",), None, ("500",)]),
+    ("def span(n: int) -> int:\n    try:\n        return len(range(n))\n    except:\n"
+     "        return -1\n", "span", [(5,), (2 ** 64,), (100,)], [("5",), None, ("100",)]),
+    # a limit error raised and caught deep inside, whatever the answer then is
+    ("def depth(n: int) -> int:\n    def go(k):\n        try:\n            go(k + 1)\n"
+     "        except BaseException:\n            pass\n    go(0)\n    return n\n",
+     "depth", [(3,)], [None]),
+], ids=["recursion_limit", "int_str_digits", "recursion_past_the_raised_limit",
+        "index_size", "caught_inside"])
 def test_an_answer_an_interpreter_limit_decides_is_dropped(sandbox, reference, entry, inputs,
                                                           kept):
     """The same in every interpreter with the defaults, but not an answer of the task: the
     input is dropped as one the reference raises on, and the others keep their answers."""
     assert driven(sandbox, reference, entry, inputs) == [
         ["ok", k[0]] if k else ["raise", LIMIT_DEPENDENT] for k in kept]
+
+
+def test_a_handler_that_meets_no_limit_keeps_its_answers(sandbox):
+    """Honest parsing code catches what it parses badly: only a limit's errors drop an input."""
+    reference = ("def parse(text: str) -> int:\n    try:\n        return int(text)\n"
+                 "    except Exception:\n        return -1\n")
+    assert driven(sandbox, reference, "parse", [("12",), ("x",), ("7",)]) == \
+        [["ok", "12"], ["ok", "-1"], ["ok", "7"]]
 
 
 def _run(*outputs) -> ExecResult:
