@@ -280,10 +280,12 @@ def classify(reply: dict[str, Any], limits: Limits, measured: Measured) -> tuple
         return ExecStatus.OK, ""
     if code > 0:
         return ExecStatus.ERROR, f"exit code {code}"
-    sig = signal.Signals(-code)
-    if sig in CRASH_SIGNALS:
-        return ExecStatus.ERROR, f"crashed with {sig.name}"
-    return ExecStatus.KILLED, f"killed by {sig.name}"
+    # by number: a real-time signal (34-64 here) ends a process as any other does, and
+    # signal.Signals names only a few of them (a program that sent itself signal 40 raised
+    # ValueError here, and its whole batch was lost: red-team s32)
+    if -code in CRASH_SIGNALS:
+        return ExecStatus.ERROR, f"crashed with {_signal_name(-code)}"
+    return ExecStatus.KILLED, f"killed by {_signal_name(-code)}"
 
 
 def _memory_over_limit(reply: dict[str, Any], limits: Limits, measured: Measured) -> str:

@@ -188,6 +188,20 @@ ATTACKS = {
             os.kill(-1, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
     """,
+    # signal.Signals names few of the real-time signals, which end a process as any other
+    # does: classifying signal 40 raised in the host, and the whole batch was lost (red-team
+    # s32)
+    "realtime_signal_at_import": """
+        import os, signal
+        def add(a, b):
+            return 0
+        os.kill(os.getpid(), signal.SIGRTMIN + 6)
+    """,
+    "realtime_signal_inside_the_call": """
+        import os, signal
+        def add(a, b):
+            os.kill(os.getpid(), signal.SIGRTMAX - 1)
+    """,
     "stop_every_other_process": """
         import os, signal
         def add(a, b):

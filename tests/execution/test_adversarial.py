@@ -6,6 +6,7 @@ Runs on every backend (see conftest.py). Limits are TEST_LIMITS unless a test sa
 import dataclasses
 import os
 import socket
+import signal
 import textwrap
 import uuid
 
@@ -361,6 +362,20 @@ def test_segfault_is_a_crash(sandbox):
     r = run(sandbox, "import ctypes; ctypes.string_at(0)")
     assert r.status is ExecStatus.ERROR
     assert "SIGSEGV" in r.detail
+
+
+def test_a_program_that_ends_itself_by_any_signal_is_its_own_failure(sandbox):
+    """Every signal a program can send itself, the real-time ones included (signal.Signals
+    names few: signal 40 raised in the host, red-team s32): a result for each, never the
+    sandbox's error, and a terminating one named by its number where it has no name."""
+    numbers = range(1, signal.SIGRTMAX + 1)
+    results = sandbox.run_many([f"import os\nos.kill(os.getpid(), {n})\nprint('alive')"
+                                for n in numbers])
+    for n, r in zip(numbers, results):
+        assert r.status is not ExecStatus.SANDBOX_ERROR, (n, r.detail)
+    assert results[40 - 1].status is ExecStatus.KILLED
+    assert results[40 - 1].detail == "killed by signal 40"
+    assert results[signal.SIGSEGV - 1].detail == "crashed with SIGSEGV"
 
 
 def test_runaway_recursion_is_an_error(sandbox):
