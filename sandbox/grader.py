@@ -18,7 +18,7 @@ task's own, not the candidate's).
 
 No call depends on whether an earlier answer was right: the asserts of `check` and `asserts`
 record whether they held and the test goes on (recording.py), the examples' answers are all
-collected first (`_answers`), and the outcomes are decided after the last call. An outcome is
+collected first (`_replies`), and the outcomes are decided after the last call. An outcome is
 the one the test would have had had it stopped at its first failed assert, with that assert's
 message.
 
@@ -52,11 +52,17 @@ MESSAGE_CHARS = 300
 # Suspicious only if the candidate then exited with status 0 (the host knows): a program that
 # crashes mid-test is merely wrong, one that exits "successfully" mid-test is dodging the tests.
 ENDED = "the candidate process ended during the tests"
-# An example's answer may be this many times as long as its expected result's text, plus the
-# slack, as canonical text: an equal value's text is as long but for its floats' spelling,
-# each at most 2.8 times longer (0x0p+0 against -0x1.fffffffffffffp+1023), within a tolerance.
+# An example's answer may be ANSWER_FLOOR_BYTES long as canonical text, or this many times as
+# long as the longest expected result's text of the task where that is longer: an equal
+# value's text is as long but for its floats' spelling, each at most 2.8 times longer (0x0p+0
+# against -0x1.fffffffffffffp+1023), within a tolerance. One bound for all the examples, and
+# the same for every task whose expected results are all under a quarter of the floor (every
+# generated task's is): a bound set by each example's own expected result told the candidate,
+# one bit per example, whether that result was longer than a size it picked (red-team s32).
+# All the answers kept until they are compared take ANSWERS_BUDGET_BYTES at most.
 ANSWER_SIZE_RATIO = 4
-ANSWER_SLACK_BYTES = 64 * 1024
+ANSWER_FLOOR_BYTES = 1024 * 1024
+ANSWERS_BUDGET_BYTES = 32 * 1024 * 1024
 SIGNALLED = "the grader was sent SIGINT"  # by the candidate: nothing else in the jail does
 
 
@@ -69,8 +75,8 @@ class CandidateException(Exception):
 
 
 class AnswerTooLarge(AssertionError):
-    """An example's answer far longer than its expected result: a wrong one, and one we do
-    not keep (`_answers`)."""
+    """An example's answer far longer than any expected result could be: a wrong one, and one we do
+    not keep (`_replies`)."""
 
 
 class NotPlainResult(BaseException):
@@ -83,11 +89,16 @@ class Link:
     def __init__(self):
         self.seq = 0
         self.gone = ""
+        self.lost_at = 0  # the number of the call whose reply broke the link, once it did
         self.suspicion = []
 
-    def call(self, name, args, kwargs, most_bytes=None):
-        """The candidate's answer to one call, as data; `most_bytes`: an answer whose text is
-        longer is a wrong one (AnswerTooLarge), never decoded."""
+    def call(self, name, args, kwargs):
+        """The candidate's answer to one call, as data."""
+        return self.read(*self.ask(name, args, kwargs))
+
+    def ask(self, name, args, kwargs, most_bytes=None):
+        """Make one call: (its number, the reply's bytes, undecoded); `most_bytes`: a reply
+        longer than that is a wrong answer (AnswerTooLarge), never kept."""
         if self.gone:
             raise CandidateGone(self.gone)
         try:
@@ -100,24 +111,28 @@ class Link:
         except OSError:
             reply = None
         if reply is None:
-            self._lose(ENDED)
+            self._lose(ENDED, self.seq)
         if select.select([REPLY_FD], [], [], 0)[0]:  # more than the one answer we asked for
             self.note("sent answers before it was asked")
+        self.seq += 1
         if most_bytes is not None and len(reply) > most_bytes:
-            self.seq += 1
             raise AnswerTooLarge(f"an answer of {len(reply)} bytes, over the {most_bytes} "
-                                 "its expected result allows")
+                                 "an answer may have")
+        return self.seq - 1, reply
+
+    def read(self, seq, reply):
+        """The answer in the reply to call number `seq`, as data (or the exception it says the
+        candidate raised). A reply that breaks the protocol ends the link: every later call,
+        and the reply to every later one, fails with CandidateGone."""
+        if self.gone and seq >= self.lost_at:
+            raise CandidateGone(self.gone)
         try:
             answer = canonical.decode(reply)
         except canonical.NotPlainData as e:
-            self._lose(f"malformed reply ({e})")
-        return self._unpack(answer)
-
-    def _unpack(self, answer):
+            self._lose(f"malformed reply ({e})", seq)
         if (type(answer) is not tuple or len(answer) < 2 or type(answer[0]) is not int
-                or answer[0] != self.seq):
-            self._lose("a reply out of turn")
-        self.seq += 1
+                or answer[0] != seq):
+            self._lose("a reply out of turn", seq)
         kind, rest = answer[1], answer[2:]
         if kind == "ok" and len(rest) == 1:
             return rest[0]
@@ -129,10 +144,11 @@ class Link:
             if odd:  # the candidate's side saw equality or hashing overridden, or a subclass
                 self.note(f"returned a {type_name[:80]} ({why[:80]})")
             raise NotPlainResult(f"returned a {type_name[:80]}: {why[:120]}")
-        self._lose("a reply of unknown shape")
+        self._lose("a reply of unknown shape", seq)
 
-    def _lose(self, why):
-        self.gone = why
+    def _lose(self, why, seq):
+        if not self.gone or seq < self.lost_at:
+            self.gone, self.lost_at = why, seq
         self.note(why)
         raise CandidateGone(why)
 
@@ -151,10 +167,14 @@ def _exception(link, type_name, message):
         # the test's own iteration: all(map(lambda x: f(x) == y, xs)) passes on the empty rest
         return CandidateException(f"{type_name}: {message}")
     if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
-            return cls(message)
-        except Exception:  # noqa: BLE001 - e.g. UnicodeDecodeError needs five arguments
-            pass
+        # the class itself, or the nearest class above it that takes a message alone: a
+        # UnicodeDecodeError (five arguments) is a UnicodeError, which `except ValueError`
+        # still catches, where a CandidateException escaped it (red-team s32)
+        for kind in cls.__mro__[:cls.__mro__.index(Exception)]:
+            try:
+                return kind(message)
+            except Exception:  # noqa: BLE001 - its constructor wants more than a message
+                continue
     return CandidateException(f"{type_name}: {message}")
 
 
@@ -178,7 +198,7 @@ def grade(tests, link):
     """Run every test; returns the outcomes (one per assert, one for check, one per example).
     Every call the tests make is made before any outcome is decided: an assert of the check or
     of an assert source records whether it held and the test goes on (recording.py), and the
-    examples' answers are collected first (`_answers`)."""
+    examples' replies are collected first (`_replies`)."""
     namespace = {"__name__": "__grader__", "__builtins__": builtins}
     preamble_error = _run_preamble(tests.get("preamble"), namespace)
     entry = tests.get("entry_point")
@@ -198,12 +218,13 @@ def grade(tests, link):
                                    lambda: _run_check(check, namespace, entry))))
     tolerance = float(tests.get("tolerance") or 0.0)
     examples = tests.get("examples") or []
-    answers = [] if preamble_error else _answers(link, entry, examples)
+    replies = [] if preamble_error else _replies(link, entry, examples)
     outcomes = [_verdict(name, preamble_error, *run) for name, run in runs]
     for i, (_, expected_text) in enumerate(examples):
-        got = answers[i] if answers else (None, None, 0.0)
+        got = replies[i] if replies else (None, None, None, 0.0)
         outcomes.append(_one(f"example[{i}]", preamble_error,
-                             lambda g=got, e=expected_text: _compare(g, e, tolerance), got[2]))
+                             lambda g=got, e=expected_text: _compare(link, g, e, tolerance),
+                             got[3]))
     return outcomes
 
 
@@ -277,34 +298,40 @@ def _verdict(name, preamble_error, records, error, wall_s):
             "wall_s": time.perf_counter() - start}
 
 
-def _answers(link, entry, examples):
-    """The candidate's answer to every example, (result, exception, wall seconds), before any is
-    compared. The candidate can read this process's CPU time (/proc/PID/schedstat is
-    world-readable): an expected result decoded before its call told the size of the answer it
-    was about to give (1.1 ms for "a", 16-18 ms for 4 MB), and a comparison between two calls
-    whether the last answer was right (a failure's path cost 3-8 us more: 66-73% right per
-    example, red-team s24). Kept until then, the answers are bounded by their expected
-    results' size (`ANSWER_SIZE_RATIO`): on the local backend this process is outside the
+def _replies(link, entry, examples):
+    """The candidate's reply to every example, (call number, its bytes, the exception that
+    made it none, wall seconds), before any is decoded or compared. The candidate can read this
+    process's CPU time and memory (/proc/PID/schedstat and statm are world-readable), so
+    nothing done here may depend on an expected result: an expected result decoded before its
+    call told the size of the answer it was about to give (1.1 ms for "a", 16-18 ms for 4
+    MB), a comparison between two calls whether the last answer was right (a failure's path
+    cost 3-8 us more: 66-73% right per example, red-team s24), and an answer decoded only when
+    under its own expected result's bound whether that result was longer than the bound the
+    candidate aimed at (12 of 12 right, red-team s32). The bound on each (ANSWER_FLOOR_BYTES)
+    and on all of them is one for the task: on the local backend this process is outside the
     run's memory cgroup, and a candidate answering 15 MB to each of 12 examples grew it to
     182 MB under a 128 MB limit (red-team pass 14, R2)."""
+    longest = max((len(expected) for _, expected in examples), default=0)
+    most = max(ANSWER_FLOOR_BYTES, ANSWER_SIZE_RATIO * longest)
+    budget = ANSWERS_BUDGET_BYTES
     out = []
-    for args_text, expected_text in examples:
+    for args_text, _ in examples:
         start = time.perf_counter()
-        most = ANSWER_SIZE_RATIO * len(expected_text) + ANSWER_SLACK_BYTES
         try:
-            out.append((link.call(entry, canonical.decode(args_text), {}, most), None,
-                        time.perf_counter() - start))
+            seq, reply = link.ask(entry, canonical.decode(args_text), {}, min(most, budget))
+            budget -= len(reply)
+            out.append((seq, reply, None, time.perf_counter() - start))
         except BaseException as e:  # noqa: BLE001 - raised again in its turn (_compare)
-            # without its frames, which hold the answer (a too large one's text included)
-            out.append((None, e.with_traceback(None), time.perf_counter() - start))
+            # without its frames, which hold the reply (a too large one included)
+            out.append((None, None, e.with_traceback(None), time.perf_counter() - start))
     return out
 
 
-def _compare(answer, expected_text, tolerance):
-    got, error, _ = answer
+def _compare(link, reply, expected_text, tolerance):
+    seq, data, error, _ = reply
     if error is not None:
         raise error
-    if not canonical.same(got, canonical.decode(expected_text), tolerance):
+    if not canonical.same(link.read(seq, data), canonical.decode(expected_text), tolerance):
         raise AssertionError("the result differs from the expected one")
 
 

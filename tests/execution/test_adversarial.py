@@ -5,8 +5,8 @@ Runs on every backend (see conftest.py). Limits are TEST_LIMITS unless a test sa
 
 import dataclasses
 import os
-import socket
 import signal
+import socket
 import textwrap
 import uuid
 

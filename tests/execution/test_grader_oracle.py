@@ -85,9 +85,9 @@ def test_the_rewrite_keeps_what_honest_test_code_means(sandbox):
 def test_an_answer_far_larger_than_the_expected_one_is_wrong_and_not_kept(sandbox):
     """The grader keeps every example's answer until the last call, and on the local backend it
     is outside the run's memory cgroup: 15 MB answered to each of 12 examples grew it to 182 MB
-    under a 128 MB limit (red-team pass 14, R2). An answer over 4x its expected result's text
-    (plus 64 KB) fails its example unread, and the grader keeps none of it (the candidate reads
-    the grader's resident memory at every call); a long right answer passes."""
+    under a 128 MB limit (red-team pass 14, R2). An answer over 1 MB (or 4x the task's longest
+    expected result's text) fails its example unread, and the grader keeps none of it (the
+    candidate reads the grader's resident memory at every call); a long right answer passes."""
     suite = TestSuite(entry_point="f", examples=tuple(
         example((i,), "x" * 70_000 if i == 0 else i) for i in range(8)))
     big = sandbox.check("""
@@ -107,3 +107,16 @@ def f(i):
     assert len(rss) == 8 and max(rss) < rss[1] + 20, rss  # one answer's room at most
     right = sandbox.check("def f(i):\n    return 'x' * 70_000 if i == 0 else i\n", suite)
     assert right.passed, right
+
+
+def test_how_an_answer_is_read_does_not_depend_on_its_own_expected_result(sandbox):
+    """An answer was decoded at once if it was under 4x its own example's expected result
+    (plus 64 KB), and refused unread otherwise: the grader's CPU time, which the candidate
+    reads, told it whether each hidden result was longer than a size it picked (12 of 12,
+    red-team s32). One bound for the task, and every answer decoded after the last call: 300
+    KB answers are read alike whether the expected result is "a" or 100 KB long."""
+    suite = TestSuite(entry_point="f", examples=tuple(
+        example((i,), "a" if i % 2 else "b" * 100_000) for i in range(4)))
+    result = sandbox.check("def f(i):\n    return 'c' * 300_000\n", suite)
+    assert [(o.outcome, o.message) for o in result.outcomes] == \
+        [(Verdict.FAILED, "AssertionError: the result differs from the expected one")] * 4

@@ -52,3 +52,13 @@ def test_an_exception_with_a_protocol_meaning_cannot_end_the_tests_iteration(san
 def test_a_right_answer_passes_the_iterating_tests(sandbox, shape):
     result, s = verdict(sandbox, CONTROLS["plain"], ITERATING[shape])
     assert result.passed and s.value == 1.0, result.outcomes
+
+
+def test_a_builtin_exception_that_takes_more_than_a_message_still_reaches_its_handler(sandbox):
+    """A UnicodeDecodeError cannot be rebuilt from its message alone: it reaches the test as a
+    UnicodeError, which a test's `except ValueError` catches, as it catches the original."""
+    tests = TestSuite(check="def check(candidate):\n    try:\n        candidate(b'\\xff')\n"
+                            "    except ValueError:\n        return\n"
+                            "    assert False, 'no ValueError'\n", entry_point="decode")
+    result, s = verdict(sandbox, "def decode(data):\n    return data.decode()\n", tests)
+    assert (s.value, result.passed) == (1.0, True), result.outcomes
