@@ -18,8 +18,8 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         for repair, the buggy program shown too)
                 reference_raises        too few inputs left once those the reference raises on
                                         (or whose result is not plain data, or depends on an
-                                        interpreter limit: driver.RAISED) are dropped, or
-                                        none of the generator's own
+                                        interpreter limit or a set's order: driver.RAISED)
+                                        are dropped, or none of the generator's own
                 reference_slow          the reference needs more than `max_reference_cpu_s`
     trivial     constant_outputs        every input gives the same output
                 trivial_passes:<name>   a null solver passes every example (a constant, an echo

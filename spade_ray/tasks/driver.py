@@ -66,7 +66,7 @@ PASSES = 2  # over the inputs, in each interpreter
 # str's limit" were admitted; a correct iterative or log10 solution failed them). So one
 # interpreter (RAISED) runs with a recursion limit ten times the default and no int-to-str
 # limit: an input whose answer changes there depends on a limit, and is dropped as one the
-# reference raises on (LIMIT_DEPENDENT), as it does where it leaves the error uncaught. The
+# reference raises on (ARTEFACT), as it does where it leaves the error uncaught. The
 # other two keep the defaults the grader's candidates run with, and must agree exactly; so
 # must the raised one on every input it is not dropped for (a hash-seed coin flip agrees in
 # all three only 1 time in 4, as before). It answers each input alone only, in a forked
@@ -86,9 +86,23 @@ PASSES = 2  # over the inputs, in each interpreter
 # before anything runs (tasks/static.py). Cost, paired with the driver before it on one
 # worker: +2.7% of sandbox CPU per job on the seed pool (131 -> 135 ms), +16% on a naive
 # recursive fib (233 -> 270 ms), whose every call the hook sees.
+#
+# A set's order is the same kind of answer: an int's hash is the int, so an int set's order
+# is the same in every interpreter, and "each distinct value doubled, in any order" over
+# `[2 * x for x in set(xs)]` was admitted; a sorted or first-seen answer failed it, and the
+# generator was paid for it as for an honest task (red-team s32). So the raised interpreter's
+# child also answers its input with the reference rewritten (Reorder) to take every set's
+# items in the reverse order wherever it takes them in order: a loop, a comprehension, an
+# unpacking, `pop()`, a call of a function that reads its argument's items in order (list,
+# join, sorted's ties, min and max with a key, ...). An input whose answer is not equal to
+# the first (as Python compares: a dict built in another order is the same answer) is
+# dropped. What it misses: a set's repr in an f-string, an order read through a function of
+# the reference's own that takes the set whole. Cost: +3% of sandbox CPU per job on the
+# seed pool (103 -> 106 ms), +4.5% on the fib.
 RAISED = 1
 RAISED_RECURSION_LIMIT = 10_000
-LIMIT_DEPENDENT = "LimitDependent"  # the exception name a dropped input's answer reads as
+ARTEFACT = "Artefact"  # the exception name a dropped input's answer reads as: a limit or a
+# set's order decided it
 #
 # The clocks jump: every read of the time module's clocks (and of the local or UTC time they
 # give) is off by a fresh random amount of up to 136 years. A reference may not read the time at
@@ -190,13 +204,98 @@ def answer(call, hook):
         sys.settrace(None)
         result = ["raise", type(e).__name__]
     if hook is watch_calls and (limited[0] or hooked is not hook):
-        return ["raise", "LIMIT_DEPENDENT"]
+        return ["raise", "ARTEFACT"]
+    if hook is watch_calls and result[0] == "ok" and not same_reordered(value):
+        return ["raise", "ARTEFACT"]
     return result + [line[0]] if hook is calls_of_entry else result
+
+
+ORDERING_CALLS = {"list", "tuple", "enumerate", "zip", "map", "filter", "iter", "next", "min",
+                  "max", "sum", "sorted", "dict", "join", "fromkeys", "extend", "chain",
+                  "islice", "permutations", "combinations", "combinations_with_replacement",
+                  "product", "accumulate", "Counter", "deque", "OrderedDict", "reduce",
+                  "starmap", "zip_longest", "cycle", "groupby", "compress", "takewhile",
+                  "dropwhile", "pairwise", "fsum", "prod", "mode", "multimode"}
+
+
+class Reorder(ast.NodeTransformer):
+    # every place the reference takes a set's items in its order: a loop, a comprehension,
+    # an unpacking, a call of a function that reads its argument's items in order, pop()
+
+    def wrap(self, node):
+        return ast.Call(ast.Name("_spade_reordered", ast.Load()), [node], [])
+
+    def visit_For(self, node):
+        self.generic_visit(node)
+        node.iter = self.wrap(node.iter)
+        return node
+
+    visit_AsyncFor = visit_For
+
+    def visit_comprehension(self, node):
+        self.generic_visit(node)
+        node.iter = self.wrap(node.iter)
+        return node
+
+    def visit_Starred(self, node):
+        self.generic_visit(node)
+        node.value = self.wrap(node.value)
+        return node
+
+    visit_YieldFrom = visit_Starred
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        if any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets):
+            node.value = self.wrap(node.value)
+        return node
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+        if name == "pop" and isinstance(f, ast.Attribute) and not node.args \
+                and not node.keywords:
+            return ast.Call(ast.Name("_spade_pop", ast.Load()), [f.value], [])
+        if name in ORDERING_CALLS:
+            node.args = [a if isinstance(a, ast.Starred) else self.wrap(a) for a in node.args]
+        return node
+
+
+def reordered(value):
+    """A set's items in the reverse of the order Python iterates them in; anything else as is."""
+    return list(value)[::-1] if isinstance(value, (set, frozenset)) and len(value) > 1 \
+        else value
+
+
+def pop_reordered(value):
+    if type(value) is not set or len(value) < 2:
+        return value.pop()
+    item = list(value)[-1]
+    value.discard(item)
+    return item
+
+
+def same_reordered(value):
+    """Whether the reference, with every set read in another order, answers the input the
+    child was forked for as it did (equal as Python compares: a dict's order is no answer)."""
+    try:
+        namespace = {"__name__": "reference", "_spade_reordered": reordered,
+                     "_spade_pop": pop_reordered}
+        exec(reordered_source, namespace)
+        other = namespace[job["entry"]](*ast.literal_eval(the_input[0]))
+        return other == value or repr(other) == repr(value)
+    except BaseException:
+        return False
+
+
+the_input = [None]
 
 
 def alone(text):
     # the shift and the parse here, not in the child: each page a child writes costs it a copy
     shift_heap(1024)
+    the_input[0] = text
     try:
         args = ast.literal_eval(text)
     except BaseException as e:
@@ -223,6 +322,9 @@ def in_order(text):
     return answer(lambda: entry(*ast.literal_eval(text)), calls_of_entry)
 
 
+if raised_limits:
+    reordered_source = compile(ast.fix_missing_locations(Reorder().visit(ast.parse(
+        job["source"]))), "<reference>", "exec")
 again = [alone(text) for text in job["calls"]]  # before the reference runs in this process
 if raised_limits:  # its answers alone: none in this process
     out.write(json.dumps(again))
@@ -248,7 +350,7 @@ for k in range(INTERPRETERS):
     runs.append([done.returncode, done.stdout[-4000000:], done.stderr[-2000:]])
 print(json.dumps(runs))
 '''.replace("RUNNER", repr(RUNNER.replace("RAISED_RECURSION_LIMIT", str(RAISED_RECURSION_LIMIT))
-                          .replace("LIMIT_DEPENDENT", LIMIT_DEPENDENT))) \
+                          .replace("ARTEFACT", ARTEFACT))) \
     .replace("INTERPRETERS", str(INTERPRETERS)).replace("RAISED", str(RAISED))
 
 
@@ -303,4 +405,4 @@ def answers(run: ExecResult, calls: int, max_reference_cpu_s: float) -> list | s
     # the entries are the reference's process's output: checked as data, never trusted to
     # have a shape (admission reads only well-formed ones)
     return [mine if type(mine) is list and type(theirs) is list and mine[:2] == theirs[:2]
-            else ["raise", LIMIT_DEPENDENT, 0] for mine, theirs in zip(first, raised)]
+            else ["raise", ARTEFACT, 0] for mine, theirs in zip(first, raised)]

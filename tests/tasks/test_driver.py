@@ -6,7 +6,7 @@ import pytest
 
 from spade_ray.records import ExecResult, ExecStatus
 from spade_ray.tasks.admission import AdmissionConfig
-from spade_ray.tasks.driver import DRIVER, LIMIT_DEPENDENT, answers, driver_limits, job
+from spade_ray.tasks.driver import ARTEFACT, DRIVER, answers, driver_limits, job
 from tests.tasks.conftest import LIMITS
 
 MAX_CPU_S = AdmissionConfig().max_reference_cpu_s
@@ -103,7 +103,44 @@ def test_an_answer_an_interpreter_limit_decides_is_dropped(sandbox, reference, e
     """The same in every interpreter with the defaults, but not an answer of the task: the
     input is dropped as one the reference raises on, and the others keep their answers."""
     assert driven(sandbox, reference, entry, inputs) == [
-        ["ok", k[0]] if k else ["raise", LIMIT_DEPENDENT] for k in kept]
+        ["ok", k[0]] if k else ["raise", ARTEFACT] for k in kept]
+
+
+@pytest.mark.parametrize("body", [
+    # red-team s32: "each distinct value doubled, in any order", graded on CPython's order
+    # of an int set, which every interpreter shares; a sorted or first-seen answer failed
+    "return [2 * x for x in set(xs)]",
+    "out = []\n    for x in {abs(v) for v in xs}:\n        out.append(x)\n    return out",
+    "return list(set(xs))",
+    "return '-'.join(map(str, frozenset(xs)))",
+    "return sorted(set(xs), key=lambda v: v % 2)",  # ties keep the set's order
+    "s = set(xs)\n    return [s.pop(), len(s)]",
+    "return next(iter(set(xs)))",
+    "return [*set(xs)][0]",
+], ids=["comprehension", "loop", "list", "join", "sort_ties", "pop", "next_iter", "star"])
+def test_an_answer_a_sets_order_decides_is_dropped(sandbox, body):
+    """A set's order is the same in every interpreter for ints, but no description states it:
+    the raised interpreter also answers with every set read in another order, and an input
+    whose answer changes is dropped. An input with one distinct value has one order."""
+    reference = f"def f(xs: list) -> list:\n    {body}\n"
+    got = driven(sandbox, reference, "f", [([3, 1, 2, 200, -7],), ([4, 4],), ([65, 1, 33, -2],)])
+    assert got[0] == got[2] == ["raise", ARTEFACT], got
+    assert got[1][0] == "ok", got
+
+
+@pytest.mark.parametrize("body, answers", [
+    # a dict's order is no answer (the grader compares dicts as mappings): int keys, as str
+    # keys would take the order of each interpreter's own string hash
+    ("return {x: xs.count(x) for x in set(xs)}", ["{200: 1, 1: 1, 3: 2}", "{5: 1}"]),
+    ("return sorted(set(xs))", ["[1, 3, 200]", "[5]"]),
+    ("return len(set(xs)) + sum(map(abs, set(xs)))", ["207", "6"]),
+    ("return max(set(xs)) - min(frozenset(xs))", ["199", "0"]),
+    ("seen = set()\n    for x in xs:\n        seen.add(x)\n    return len(seen)", ["3", "1"]),
+], ids=["dict", "sorted", "len_sum", "max_min", "set_built_in_order"])
+def test_an_answer_no_sets_order_decides_keeps_its_answers(sandbox, body, answers):
+    reference = f"def f(xs: list) -> object:\n    {body}\n"
+    assert driven(sandbox, reference, "f", [([3, 1, 3, 200],), ([5],)]) == \
+        [["ok", a] for a in answers]
 
 
 def test_a_handler_that_meets_no_limit_keeps_its_answers(sandbox):
@@ -126,7 +163,7 @@ def test_only_the_inputs_the_raised_interpreter_answers_otherwise_are_dropped():
     default = [["ok", "1", 2], ["ok", "-1", 4], ["raise", "RecursionError", 0]]
     raised = [["ok", "1", 2], ["ok", "995", 2], ["ok", "3000", 2]]
     assert answers(_run(default, raised, default), 3, MAX_CPU_S) == \
-        [["ok", "1", 2], ["raise", LIMIT_DEPENDENT, 0], ["raise", LIMIT_DEPENDENT, 0]]
+        [["ok", "1", 2], ["raise", ARTEFACT, 0], ["raise", ARTEFACT, 0]]
     # the two with the defaults must agree exactly, as before
     assert answers(_run(default, default, raised), 3, MAX_CPU_S) == "nondeterministic"
 
@@ -136,7 +173,7 @@ def test_entries_the_reference_forged_are_dropped_not_trusted(raised):
     """A reference that writes the interpreter's output itself (and exits) chooses its shape."""
     default = [["ok", "1", 2], ["ok", "2", 3], ["ok", "3", 4]]
     assert answers(_run(default, raised, default), 3, MAX_CPU_S) == \
-        [["raise", LIMIT_DEPENDENT, 0]] * 3
+        [["raise", ARTEFACT, 0]] * 3
 
 
 def test_an_input_that_crashes_the_raised_interpreter_is_dropped_not_the_task(sandbox):
@@ -148,4 +185,4 @@ def test_an_input_that_crashes_the_raised_interpreter_is_dropped_not_the_task(sa
                  "    options = sorted({n - int(d) for d in str(n) if d != '0'}, key=steps)\n"
                  "    return 1 + steps(options[0])\n")
     assert driven(sandbox, reference, "steps", [(7,), (30000,), (19,)]) == \
-        [["ok", "1"], ["raise", LIMIT_DEPENDENT], ["ok", "3"]]
+        [["ok", "1"], ["raise", ARTEFACT], ["ok", "3"]]
