@@ -26,10 +26,14 @@ CALL_S, or slow to raise, past RAISE_S in all (one or two before any disagreeing
 unanswered), a task that computes a validation problem only on inputs the task does not show,
 one that special-cases more than a fifth of the examples the problem answers (or shows fewer
 than MIN_AGREEING and special-cases one), and disguises past the mappings, the relabellings, the
-affine maps, reversals and containments of the answer (twin_rules.py) and the float tolerance
-(arguments nested deeper or re-encoded other than by a separator, renamed keys, an output
-wrapped in a dict or transformed otherwise, an input shifted (HumanEval/55's fib(n + 1)), a
-special case combined with a changed answer, rounding to fewer than two decimal places), and a
+affine maps, reversals and containments of the answer (twin_rules.py), the float tolerance,
+and the two other views of a task (a problem mapped over a list's items, item_view; a list of
+numbers given as text, parsed_view: both admitted before, red-team s32; checked against the
+problems whose solution is more than one `return`, as the squares of a list's items are an
+honest task and no copy of HumanEval/41) (arguments nested deeper or re-encoded otherwise,
+renamed keys, an output wrapped in a dict, reduced (the sum of /9's running maxima) or
+transformed otherwise, an input shifted (HumanEval/55's fib(n + 1)), a special case combined
+with a changed answer, rounding to fewer than two decimal places), and a
 copy beside two tasks of its chunk whose inputs stick its
 problem in one C call (a problem killed is left out for the rest of the run, ITEM_SLACK_S, and
 gets one more pass at the end). A known task is checked only on calls with the kinds of
@@ -51,11 +55,16 @@ import base64
 import dataclasses
 import json
 import pickle
+import re
 from collections.abc import Sequence
 
 from spade_ray.execution import canonical
 from spade_ray.records import ExecStatus, IOExample, Limits, Task
 from spade_ray.tasks.twin_job import CALL_S, ITEM_SLACK_S, TASK_S, TWINS, kind
+
+# A batch task's items checked at most (item_view): a problem call each, under CALL_S, as many
+# as a task's own examples with the augmented inputs (16) and the generator's
+MAX_ITEMS = 24
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,28 +151,94 @@ def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], exe
     unchecked = (False,) * len(tasks)
     if not tasks or not held_out:
         return TwinCheck((None,) * len(tasks), unchecked, False, 0.0)
+    views, owner = [], []  # each task as it is, then as item_view and parsed_view see it
+    for t, examples in enumerate(tasks):
+        pairs = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in examples]
+        for view in (pairs, item_view(pairs), parsed_view(pairs)):
+            if view:
+                views.append(view)
+                owner.append(t)
     job = {"problems": [[h.problem_id, h.source, h.entry_point, [list(k) for k in h.kinds],
-                         [list(k) for k in h.written_for]] for h in held_out],
-           "tasks": [[[_pickled(e.args), _pickled(e.expected)] for e in examples]
-                     for examples in tasks]}
-    # every task's allowance and the one item that may overrun it, the definitions, start-up
-    budget = sum((TASK_S * len(held_out) + 2) * CALL_S * len(examples) + 2 * ITEM_SLACK_S
-                 for examples in tasks) + CALL_S * len(held_out) + 2.0
+                         [list(k) for k in h.written_for], one_line(h.source, h.entry_point)]
+                        for h in held_out],
+           "tasks": [[[_pickled(args), _pickled(expected)] for args, expected in view]
+                     for view in views],
+           "derived": [owner.index(t) != v for v, t in enumerate(owner)]}
+    # every view's allowance and the one item that may overrun it, the definitions, start-up
+    budget = sum((TASK_S * len(held_out) + 2) * CALL_S * len(view) + 2 * ITEM_SLACK_S
+                 for view in views) + CALL_S * len(held_out) + 2.0
     cpu_s = 0.0
     for _ in range(2):
         run = executor.run(TWINS, stdin=json.dumps(job),
                            limits=dataclasses.replace(limits, timeout_s=budget, cpu_s=budget))
         cpu_s += run.cpu_s
-        found = _found(run, len(tasks))
-        if found is not None:
-            return TwinCheck(*found, False, cpu_s)
+        printed = _found(run, len(views))
+        if printed is not None:
+            found, slow = [None] * len(tasks), [False] * len(tasks)
+            for v, t in enumerate(owner):
+                found[t] = found[t] or printed[0][v]
+                # a task is unchecked when its own examples were; its items are a second look
+                slow[t] = slow[t] or (printed[1][v] and owner.index(t) == v)
+            return TwinCheck(tuple(found), tuple(slow), False, cpu_s)
     return TwinCheck((None,) * len(tasks), unchecked, True, cpu_s)
 
 
-def _pickled(value: str) -> str:
-    """A canonical value as TWINS reads it: pickled (trusted data from here), since a repr
-    does not always parse back (float('inf') prints as `inf`)."""
-    return base64.b64encode(pickle.dumps(canonical.decode(value))).decode()
+def item_view(pairs: Sequence[tuple]) -> list[tuple]:
+    """A batch task's items, one call each: when every call passes one list (or tuple) and
+    gets back a list (or tuple) as long, (item,) and the item of the answer at its place, each
+    distinct one once, up to MAX_ITEMS; else none. A validation problem mapped over a list
+    (`[fib4(n) for n in ns]`, `[rolling_max(g) for g in groups]`) was admitted: no mapping of
+    the arguments calls a problem once per item (red-team s32)."""
+    out, seen = [], set()
+    for args, expected in pairs:
+        if len(args) != 1 or type(args[0]) not in (list, tuple) or \
+                type(expected) not in (list, tuple) or len(expected) != len(args[0]):
+            return []
+        for item, answer in zip(args[0], expected):
+            key = canonical.encode(((item,), answer))
+            if key not in seen and len(out) < MAX_ITEMS:
+                seen.add(key)
+                out.append(((item,), answer))
+    return out
+
+
+def one_line(source: str, entry_point: str) -> bool:
+    """Whether the entry point's body is one `return` (a docstring aside): `return n ** 2`
+    (HumanEval/41), `return len(string)` (/23). A task seen as item_view or parsed_view sees
+    it is checked only against problems that compute more: the squares or the lengths of a
+    list's items are honest tasks, and were twins of /41 and /23 item by item."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+            return len(body) == 1 and isinstance(body[0], ast.Return)
+    return False
+
+
+def parsed_view(pairs: Sequence[tuple]) -> list[tuple]:
+    """A task whose one argument is a text of numbers, with the list of them instead: when
+    every call passes one str of ints (or of numbers) split by spaces, commas, semicolons or
+    bars; else none. HumanEval/9's rolling_max on "5 3 5 2" was admitted (red-team s32)."""
+    parsed = []
+    for args, expected in pairs:
+        if len(args) != 1 or type(args[0]) is not str:
+            return []
+        parsed.append(([t for t in re.split(r"[\s,;|]+", args[0].strip()) if t], expected))
+    for number in (int, float):
+        try:
+            return [(([number(t) for t in tokens],), expected) for tokens, expected in parsed]
+        except ValueError:
+            continue
+    return []
+
+
+def _pickled(value) -> str:
+    """A value as TWINS reads it: pickled (trusted data from here), since a repr does not
+    always parse back (float('inf') prints as `inf`)."""
+    return base64.b64encode(pickle.dumps(value)).decode()
 
 
 def _found(run, count: int) -> tuple[tuple[str | None, ...], tuple[bool, ...]] | None:

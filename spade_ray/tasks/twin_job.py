@@ -139,7 +139,7 @@ for examples in job["tasks"]:
                   groups(calls),
                   (TASK_S * len(job["problems"]) + 1) * CALL_S * len(blobs) + ITEM_SLACK_S))
 fns, work = [], []  # work: (problem, task, mapping) in the order they are tried
-for problem_id, source, entry, own, written_for in job["problems"]:
+for problem_id, source, entry, own, written_for, one_line in job["problems"]:
     try:
         fn, signature = defined(source, problem_id, entry)
     except BaseException:
@@ -152,6 +152,7 @@ for problem_id, source, entry, own, written_for in job["problems"]:
             binds[n] = False
     fns.append((problem_id, fn, {tuple(k) for k in own}, {tuple(k) for k in written_for}))
     work += [(len(fns) - 1, t, m) for t, (_, _, ms, _, _) in enumerate(tasks)
+             if not (one_line and job["derived"][t])
              for m, lengths in ms if all(binds[n] for n in lengths)]
 
 

@@ -238,3 +238,37 @@ def test_a_validation_answer_reversed_is_a_twin(sandbox, body, args, problem_id)
     """Red-team s31: both were admitted."""
     copy = proposal(body, calls(body[4:body.index("(")], args))
     assert reason(sandbox, copy, (problem(problem_id),)) == f"validation_twin:{problem_id}"
+
+
+FIB4 = ("def {name}(n: int):\n    results = [0, 0, 2, 0]\n    if n < 4:\n"
+        "        return results[n]\n    for _ in range(4, n + 1):\n"
+        "        results.append(results[-1] + results[-2] + results[-3] + results[-4])\n"
+        "        results.pop(0)\n    return results[-1]\n")  # HumanEval/46's
+ROLLING_MAX = ("def {name}(numbers: list) -> list:\n    running_max = None\n    result = []\n"
+               "    for n in numbers:\n        running_max = n if running_max is None "
+               "else max(running_max, n)\n        result.append(running_max)\n"
+               "    return result\n")  # HumanEval/9's
+LISTS = [[5, 3, 5, 2, 3, 3, 9, 0, 123], [4, 1, 4, 7], [2, 8, 8, 1, 6, 1], [10, 20, 10, 30],
+         [3, 1, 2, 9, 4], [1, 2, 3]]
+
+
+@pytest.mark.parametrize("body, args, problem_id", [
+    (FIB4.format(name="_one") + "\n\ndef quad_terms(ns: list) -> list:\n"
+     "    return [_one(n) for n in ns]\n",
+     [([5, 6],), ([7, 9, 10],), ([12],), ([8, 11, 4],), ([13, 6, 5],), ([14, 3],)],
+     "HumanEval/46"),
+    (ROLLING_MAX.format(name="_roll") + "\n\ndef running_tops(groups: list) -> list:\n"
+     "    return [_roll(g) for g in groups]\n",
+     [([a, b],) for a, b in zip(LISTS, LISTS[1:] + LISTS[:1])], "HumanEval/9"),
+    ("def running_tops(text: str) -> list:\n    numbers = [int(t) for t in text.split()]\n"
+     + ROLLING_MAX.split(":\n", 1)[1].format(), [(" ".join(map(str, xs)),) for xs in LISTS],
+     "HumanEval/9"),
+], ids=["scalars", "lists", "as_text"])
+def test_a_validation_problem_mapped_over_a_list_or_given_as_text_is_a_twin(sandbox, body, args,
+                                                                          problem_id):
+    """Red-team s32: all three were admitted; no mapping of the arguments called the problem
+    once per item (decontamination.item_view) or parsed a text of numbers (parsed_view)."""
+    start = body.rindex("def ") + 4
+    name = body[start:body.index("(", start)]
+    copy = proposal(body, calls(name, args))
+    assert reason(sandbox, copy, (problem(problem_id),)) == f"validation_twin:{problem_id}"
