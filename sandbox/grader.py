@@ -75,8 +75,8 @@ class CandidateException(Exception):
 
 
 class AnswerTooLarge(AssertionError):
-    """An example's answer far longer than any expected result could be: a wrong one, and one we do
-    not keep (`_replies`)."""
+    """An example's answer far longer than any expected result of its task: a wrong one, and
+    one we do not keep (`_replies`)."""
 
 
 class NotPlainResult(BaseException):
