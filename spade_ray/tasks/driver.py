@@ -94,11 +94,11 @@ PASSES = 2  # over the inputs, in each interpreter
 # child also answers its input with the reference rewritten (Reorder) to take every set's
 # items in the reverse order wherever it takes them in order: a loop, a comprehension, an
 # unpacking, `pop()`, a call of a function that reads its argument's items in order (list,
-# join, sorted's ties, min and max with a key, ...). An input whose answer is not equal to
-# the first (as Python compares: a dict built in another order is the same answer) is
-# dropped. What it misses: a set's repr in an f-string, an order read through a function of
-# the reference's own that takes the set whole. Cost: +3% of sandbox CPU per job on the
-# seed pool (103 -> 106 ms), +4.5% on the fib.
+# join, sorted's ties, min and max with a key, str and f-strings, which print it, ...). An
+# input whose answer is not equal to the first (as Python compares: a dict built in another
+# order is the same answer) is dropped. What it misses: an order read through a function of
+# the reference's own that takes the set whole, or through `%` formatting. Cost: +3% of
+# sandbox CPU per job on the seed pool (103 -> 106 ms), +4.5% on the fib.
 RAISED = 1
 RAISED_RECURSION_LIMIT = 10_000
 ARTEFACT = "Artefact"  # the exception name a dropped input's answer reads as: a limit or a
@@ -215,7 +215,8 @@ ORDERING_CALLS = {"list", "tuple", "enumerate", "zip", "map", "filter", "iter", 
                   "islice", "permutations", "combinations", "combinations_with_replacement",
                   "product", "accumulate", "Counter", "deque", "OrderedDict", "reduce",
                   "starmap", "zip_longest", "cycle", "groupby", "compress", "takewhile",
-                  "dropwhile", "pairwise", "fsum", "prod", "mode", "multimode"}
+                  "dropwhile", "pairwise", "fsum", "prod", "mode", "multimode", "str", "repr",
+                  "format"}
 
 
 class Reorder(ast.NodeTransformer):
@@ -243,6 +244,7 @@ class Reorder(ast.NodeTransformer):
         return node
 
     visit_YieldFrom = visit_Starred
+    visit_FormattedValue = visit_Starred  # f"{s}": a set's text shows its order
 
     def visit_Assign(self, node):
         self.generic_visit(node)

@@ -117,7 +117,10 @@ def test_an_answer_an_interpreter_limit_decides_is_dropped(sandbox, reference, e
     "s = set(xs)\n    return [s.pop(), len(s)]",
     "return next(iter(set(xs)))",
     "return [*set(xs)][0]",
-], ids=["comprehension", "loop", "list", "join", "sort_ties", "pop", "next_iter", "star"])
+    "return str(set(xs))",
+    "return f'{set(xs)}!'",
+], ids=["comprehension", "loop", "list", "join", "sort_ties", "pop", "next_iter", "star", "str",
+        "f_string"])
 def test_an_answer_a_sets_order_decides_is_dropped(sandbox, body):
     """A set's order is the same in every interpreter for ints, but no description states it:
     the raised interpreter also answers with every set read in another order, and an input
