@@ -151,19 +151,21 @@ def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], exe
     unchecked = (False,) * len(tasks)
     if not tasks or not held_out:
         return TwinCheck((None,) * len(tasks), unchecked, False, 0.0)
-    views, owner = [], []  # each task as it is, then as item_view and parsed_view see it
+    # each task as it is, then as item_view and parsed_view see it (derived)
+    views, owner, derived = [], [], []
     for t, examples in enumerate(tasks):
         pairs = [(canonical.decode(e.args), canonical.decode(e.expected)) for e in examples]
         for view in (pairs, item_view(pairs), parsed_view(pairs)):
             if view:
                 views.append(view)
                 owner.append(t)
+                derived.append(view is not pairs)
     job = {"problems": [[h.problem_id, h.source, h.entry_point, [list(k) for k in h.kinds],
                          [list(k) for k in h.written_for], one_line(h.source, h.entry_point)]
                         for h in held_out],
            "tasks": [[[_pickled(args), _pickled(expected)] for args, expected in view]
                      for view in views],
-           "derived": [owner.index(t) != v for v, t in enumerate(owner)]}
+           "derived": derived}
     # every view's allowance and the one item that may overrun it, the definitions, start-up
     budget = sum((TASK_S * len(held_out) + 2) * CALL_S * len(view) + 2 * ITEM_SLACK_S
                  for view in views) + CALL_S * len(held_out) + 2.0
@@ -178,7 +180,7 @@ def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], exe
             for v, t in enumerate(owner):
                 found[t] = found[t] or printed[0][v]
                 # a task is unchecked when its own examples were; its items are a second look
-                slow[t] = slow[t] or (printed[1][v] and owner.index(t) == v)
+                slow[t] = slow[t] or (printed[1][v] and not derived[v])
             return TwinCheck(tuple(found), tuple(slow), False, cpu_s)
     return TwinCheck((None,) * len(tasks), unchecked, True, cpu_s)
 

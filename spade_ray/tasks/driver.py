@@ -203,9 +203,8 @@ def answer(call, hook):
         hooked = sys.gettrace()
         sys.settrace(None)
         result = ["raise", type(e).__name__]
-    if hook is watch_calls and (limited[0] or hooked is not hook):
-        return ["raise", "ARTEFACT"]
-    if hook is watch_calls and result[0] == "ok" and not same_reordered(value):
+    if hook is watch_calls and (limited[0] or hooked is not hook or
+                                result[0] == "ok" and not same_reordered(value)):
         return ["raise", "ARTEFACT"]
     return result + [line[0]] if hook is calls_of_entry else result
 
