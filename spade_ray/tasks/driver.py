@@ -9,10 +9,12 @@ reason (admission.py names them).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from collections.abc import Sequence
 
 from spade_ray.records import ExecResult, ExecStatus, Limits
+from spade_ray.tasks import reorder
 
 # Runs in the sandbox: the reference on every input, in INTERPRETERS fresh interpreters (each
 # with its own random hash seed and address layout), twice in each, one JSON line out. Each
@@ -91,7 +93,7 @@ PASSES = 2  # over the inputs, in each interpreter
 # is the same in every interpreter, and "each distinct value doubled, in any order" over
 # `[2 * x for x in set(xs)]` was admitted; a sorted or first-seen answer failed it, and the
 # generator was paid for it as for an honest task (red-team s32). So the raised interpreter's
-# child also answers its input with the reference rewritten (Reorder) to take every set's
+# child also answers its input with the reference rewritten (tasks/reorder.py) to take every set's
 # items in the reverse order wherever it takes them in order: a loop, a comprehension, an
 # unpacking, `pop()`, a call of a function that reads its argument's items in order (list,
 # join, sorted's ties, min and max with a key, str and f-strings, which print it, ...). An
@@ -209,80 +211,14 @@ def answer(call, hook):
     return result + [line[0]] if hook is calls_of_entry else result
 
 
-ORDERING_CALLS = {"list", "tuple", "enumerate", "zip", "map", "filter", "iter", "next", "min",
-                  "max", "sum", "sorted", "dict", "join", "fromkeys", "extend", "chain",
-                  "islice", "permutations", "combinations", "combinations_with_replacement",
-                  "product", "accumulate", "Counter", "deque", "OrderedDict", "reduce",
-                  "starmap", "zip_longest", "cycle", "groupby", "compress", "takewhile",
-                  "dropwhile", "pairwise", "fsum", "prod", "mode", "multimode", "str", "repr",
-                  "format"}
-
-
-class Reorder(ast.NodeTransformer):
-    # every place the reference takes a set's items in its order: a loop, a comprehension,
-    # an unpacking, a call of a function that reads its argument's items in order, pop()
-
-    def wrap(self, node):
-        return ast.Call(ast.Name("_spade_reordered", ast.Load()), [node], [])
-
-    def visit_For(self, node):
-        self.generic_visit(node)
-        node.iter = self.wrap(node.iter)
-        return node
-
-    visit_AsyncFor = visit_For
-
-    def visit_comprehension(self, node):
-        self.generic_visit(node)
-        node.iter = self.wrap(node.iter)
-        return node
-
-    def visit_Starred(self, node):
-        self.generic_visit(node)
-        node.value = self.wrap(node.value)
-        return node
-
-    visit_YieldFrom = visit_Starred
-    visit_FormattedValue = visit_Starred  # f"{s}": a set's text shows its order
-
-    def visit_Assign(self, node):
-        self.generic_visit(node)
-        if any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets):
-            node.value = self.wrap(node.value)
-        return node
-
-    def visit_Call(self, node):
-        self.generic_visit(node)
-        f = node.func
-        name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
-        if name == "pop" and isinstance(f, ast.Attribute) and not node.args \
-                and not node.keywords:
-            return ast.Call(ast.Name("_spade_pop", ast.Load()), [f.value], [])
-        if name in ORDERING_CALLS:
-            node.args = [a if isinstance(a, ast.Starred) else self.wrap(a) for a in node.args]
-        return node
-
-
-def reordered(value):
-    """A set's items in the reverse of the order Python iterates them in; anything else as is."""
-    return list(value)[::-1] if isinstance(value, (set, frozenset)) and len(value) > 1 \
-        else value
-
-
-def pop_reordered(value):
-    if type(value) is not set or len(value) < 2:
-        return value.pop()
-    item = list(value)[-1]
-    value.discard(item)
-    return item
+REORDER
 
 
 def same_reordered(value):
     """Whether the reference, with every set read in another order, answers the input the
     child was forked for as it did (equal as Python compares: a dict's order is no answer)."""
     try:
-        namespace = {"__name__": "reference", "_spade_reordered": reordered,
-                     "_spade_pop": pop_reordered}
+        namespace = {"__name__": "reference", **names()}
         exec(reordered_source, namespace)
         other = namespace[job["entry"]](*ast.literal_eval(the_input[0]))
         return other == value or repr(other) == repr(value)
@@ -324,8 +260,7 @@ def in_order(text):
 
 
 if raised_limits:
-    reordered_source = compile(ast.fix_missing_locations(Reorder().visit(ast.parse(
-        job["source"]))), "<reference>", "exec")
+    reordered_source = reordered_code(job["source"], "<reference>")
 again = [alone(text) for text in job["calls"]]  # before the reference runs in this process
 if raised_limits:  # its answers alone: none in this process
     out.write(json.dumps(again))
@@ -351,7 +286,8 @@ for k in range(INTERPRETERS):
     runs.append([done.returncode, done.stdout[-4000000:], done.stderr[-2000:]])
 print(json.dumps(runs))
 '''.replace("RUNNER", repr(RUNNER.replace("RAISED_RECURSION_LIMIT", str(RAISED_RECURSION_LIMIT))
-                          .replace("ARTEFACT", ARTEFACT))) \
+                          .replace("ARTEFACT", ARTEFACT)
+                          .replace("REORDER", inspect.getsource(reorder)))) \
     .replace("INTERPRETERS", str(INTERPRETERS)).replace("RAISED", str(RAISED))
 
 

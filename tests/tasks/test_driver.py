@@ -139,7 +139,13 @@ def test_an_answer_a_sets_order_decides_is_dropped(sandbox, body):
     ("return len(set(xs)) + sum(map(abs, set(xs)))", ["207", "6"]),
     ("return max(set(xs)) - min(frozenset(xs))", ["199", "0"]),
     ("seen = set()\n    for x in xs:\n        seen.add(x)\n    return len(seen)", ["3", "1"]),
-], ids=["dict", "sorted", "len_sum", "max_min", "set_built_in_order"])
+    # a starred target is written, not read: the rewrite once made it a call, which does not
+    # compile, and every reference that unpacked so was a reference_error
+    ("first, *rest = sorted(set(xs))\n    return [first, len(rest)]", ["[1, 2]", "[5, 0]"]),
+    ("out = []\n    for a, *b in [xs, xs[::-1]]:\n        out.append(a + len(b))\n    return out",
+     ["[6, 203]", "[5, 5]"]),
+], ids=["dict", "sorted", "len_sum", "max_min", "set_built_in_order", "starred_target",
+        "starred_loop_target"])
 def test_an_answer_no_sets_order_decides_keeps_its_answers(sandbox, body, answers):
     reference = f"def f(xs: list) -> object:\n    {body}\n"
     assert driven(sandbox, reference, "f", [([3, 1, 3, 200],), ([5],)]) == \
