@@ -93,14 +93,15 @@ PASSES = 2  # over the inputs, in each interpreter
 # is the same in every interpreter, and "each distinct value doubled, in any order" over
 # `[2 * x for x in set(xs)]` was admitted; a sorted or first-seen answer failed it, and the
 # generator was paid for it as for an honest task (red-team s32). So the raised interpreter's
-# child also answers its input with the reference rewritten (tasks/reorder.py) to take every set's
-# items in the reverse order wherever it takes them in order: a loop, a comprehension, an
-# unpacking, `pop()`, a call of a function that reads its argument's items in order (list,
-# join, sorted's ties, min and max with a key, str and f-strings, which print it, ...). An
-# input whose answer is not equal to the first (as Python compares: a dict built in another
-# order is the same answer) is dropped. What it misses: an order read through a function of
-# the reference's own that takes the set whole, or through `%` formatting. Cost: +3% of
-# sandbox CPU per job on the seed pool (103 -> 106 ms), +4.5% on the fib.
+# child also answers its input with the reference rewritten (tasks/reorder.py) to read every
+# set backwards: each set it makes or is given iterates in reverse wherever Python iterates it
+# (in C too: `bytes(s)`, `out += s`, `"%s" % s`), and any other set is turned where the syntax
+# reads it in order (a loop, a comprehension, an unpacking, `pop()`, an argument of list,
+# join, sorted, str, ...). An input whose answer is not equal to the first (as Python
+# compares: a dict built in another order is the same answer) is dropped. What it misses: a
+# set that a C function made (`set.union(a, b)`, a dict view's `&`) read in order only in C,
+# away from those places. Cost: +3% of sandbox CPU per job on the seed pool (103 -> 106 ms),
+# +4.5% on the fib.
 RAISED = 1
 RAISED_RECURSION_LIMIT = 10_000
 ARTEFACT = "Artefact"  # the exception name a dropped input's answer reads as: a limit or a
@@ -220,7 +221,7 @@ def same_reordered(value):
     try:
         namespace = {"__name__": "reference", **names()}
         exec(reordered_source, namespace)
-        other = namespace[job["entry"]](*ast.literal_eval(the_input[0]))
+        other = namespace[job["entry"]](*turned(ast.literal_eval(the_input[0])))
         return other == value or repr(other) == repr(value)
     except BaseException:
         return False

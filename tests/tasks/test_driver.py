@@ -119,8 +119,11 @@ def test_an_answer_an_interpreter_limit_decides_is_dropped(sandbox, reference, e
     "return [*set(xs)][0]",
     "return str(set(xs))",
     "return f'{set(xs)}!'",
+    "return '%s!' % set(xs)",  # read in C: the set itself is made to iterate backwards
+    "return bytes({x % 256 for x in xs})",
+    "out = []\n    out += set(xs)\n    return out",
 ], ids=["comprehension", "loop", "list", "join", "sort_ties", "pop", "next_iter", "star", "str",
-        "f_string"])
+        "f_string", "percent", "bytes", "augmented"])
 def test_an_answer_a_sets_order_decides_is_dropped(sandbox, body):
     """A set's order is the same in every interpreter for ints, but no description states it:
     the raised interpreter also answers with every set read in another order, and an input
@@ -129,6 +132,14 @@ def test_an_answer_a_sets_order_decides_is_dropped(sandbox, body):
     got = driven(sandbox, reference, "f", [([3, 1, 2, 200, -7],), ([4, 4],), ([65, 1, 33, -2],)])
     assert got[0] == got[2] == ["raise", ARTEFACT], got
     assert got[1][0] == "ok", got
+
+
+def test_a_set_given_as_input_is_read_backwards_too(sandbox):
+    """A slice assignment reads its set in C, at no place the rewrite's syntax sees: the
+    input's own set iterates backwards."""
+    reference = "def f(s: set) -> list:\n    out = [0]\n    out[:] = s\n    return out\n"
+    assert driven(sandbox, reference, "f", [({3, 1, 2},), ({4},)]) == \
+        [["raise", ARTEFACT], ["ok", "[4]"]]
 
 
 @pytest.mark.parametrize("body, answers", [
