@@ -13,7 +13,12 @@ recursion limit.
 
 Only those exact types cross: a subclass (an int that equals anything), an object with its own
 `__eq__`, a generator or a numpy scalar is `NotPlainData`, which the grader scores as a wrong
-answer. `same()` is the grader's comparison: types must match exactly (True is not 1, 1 is not
+answer. Except Python's own containers that `==` takes for the type they extend: a Counter, an
+OrderedDict or a defaultdict crosses as the dict of its items, a namedtuple as the tuple of its
+fields (`as_plain`). Only their items cross, so nothing of their class reaches a comparison; a
+correct HumanEval/111 that returned a Counter passed HumanEval's own harness and failed ours
+(red-team s33). A deque, a range, a Fraction stay wrong: `==` does not take them for a list
+or a number. `same()` is the grader's comparison: types must match exactly (True is not 1, 1 is not
 1.0, and so in set items and dict keys too), floats compare exactly unless a tolerance is given
 (then `math.isclose` with it as both the relative and the absolute tolerance; not for floats
 inside set items or dict keys, which are exact), NaN equals NaN, and -0.0 equals 0.0.
@@ -26,6 +31,7 @@ refuses, and `same` answers False for, a value whose sets and dicts would cost m
 MAX_COLLISIONS such comparisons in all (`_Collisions`).
 """
 
+import collections
 import json
 import json.encoder
 import math
@@ -40,6 +46,7 @@ MAX_TEXT_BYTES = 16 * 1024 * 1024
 MAX_COLLISIONS = 100_000
 
 _CONTAINERS = {list: "L", tuple: "U", set: "S", frozenset: "Z", dict: "D"}
+_AS_DICT = frozenset({collections.Counter, collections.OrderedDict, collections.defaultdict})
 _BUILDERS = {"L": list, "U": tuple, "S": set, "Z": frozenset, "D": dict}
 _HEX = frozenset("0123456789abcdef")
 # A token as json.dumps(ensure_ascii=True) writes a string. Joining these is json.dumps of the
@@ -79,12 +86,26 @@ def encode(value) -> str:
             tokens.append(f"{_CONTAINERS[kind]}{len(item)}")
             children = [x for pair in item.items() for x in pair] if kind is dict else list(item)
             stack.extend((child, depth + 1) for child in reversed(children))
+        elif (plain := as_plain(item)) is not None:
+            stack.append((plain, depth))
         else:
             raise NotPlainData(f"a {type_name(item)} is not plain data")
     text = "[" + ",".join(map(_JSON_STRING, tokens)) + "]"
     if len(text) > MAX_TEXT_BYTES:
         raise NotPlainData(f"{len(text)} bytes encoded, over {MAX_TEXT_BYTES}")
     return text
+
+
+def as_plain(value):
+    """The dict of a Counter, OrderedDict or defaultdict, the tuple of a namedtuple's fields
+    (a tuple class with `_fields`: collections.namedtuple's and typing.NamedTuple's); None for
+    anything else."""
+    kind = type(value)
+    if kind in _AS_DICT:
+        return dict(value)
+    if issubclass(kind, tuple) and type(getattr(kind, "_fields", None)) is tuple:
+        return tuple(value)
+    return None
 
 
 def decode(text):

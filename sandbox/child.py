@@ -228,9 +228,9 @@ def answer(namespace, seq, name, args, kwargs):
 
 def _oddity(value):
     """What makes a value look built to fool a comparison: a class of the program's own (not
-    the standard library's: a range, a Counter, a Fraction, a namedtuple's tuple methods are
-    honest non-data, and a make run counted a returned range as a hack suspect) that defines
-    how it compares. "" for honest non-data."""
+    the standard library's: a range, a deque, a Fraction are honest non-data, and a make run
+    counted a returned range as a hack suspect) that defines how it compares. "" for honest
+    non-data."""
     own = [k for k in type(value).__mro__ if not _standard(k)]
     overridden = [m for m in ("__eq__", "__ne__", "__hash__") if any(m in vars(k) for k in own)]
     if not isinstance(value, PLAIN_TYPES):

@@ -225,11 +225,17 @@ def jail_changed(before, after, forks):
 def collect_unix_garbage():
     """Close a unix socket that had one in flight: the kernel then runs its garbage collector
     for SCM_RIGHTS cycles, which a run's last exit does not always do (H1: a cycle holding
-    ~90 MB of queued data stayed charged to the worker's memory cgroup)."""
-    a, b = socket.socketpair()
-    c, d = socket.socketpair()
+    ~90 MB of queued data stayed charged to the worker's memory cgroup). Returns an error or
+    None, as the others: a run that left too many descriptors in flight (ETOOMANYREFS) must
+    not end the server (red-team s33 noted this was the one cleanup step not guarded)."""
+    sockets = []
     try:
-        socket.send_fds(a, [b"g"], [c.fileno()])
+        sockets += socket.socketpair()
+        sockets += socket.socketpair()
+        socket.send_fds(sockets[0], [b"g"], [sockets[2].fileno()])
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
     finally:
-        for s in (a, b, c, d):
+        for s in sockets:
             s.close()
+    return None

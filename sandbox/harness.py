@@ -241,10 +241,11 @@ def _finish(run, wall_s, limits):
     out = bytes(run.out[:cap])
     err = bytes(run.err[: max(0, cap - len(out))])
     survivors = pump.live_pids(run.spawner_pid)
-    cleanup.collect_unix_garbage()
+    garbage_error = cleanup.collect_unix_garbage()
     jail_changed = _jail_changed(run.spawner_lost)
     cleanup_error = (cleanup.clear_work_dir(WORK_DIR, WORK_DIR_ATTRIBUTES)
-                     or cleanup.remove_ipc_objects() or cleanup.state_changed(SERVER_STATE))
+                     or cleanup.remove_ipc_objects() or cleanup.state_changed(SERVER_STATE)
+                     or garbage_error)
     return {
         "exit_code": os.waitstatus_to_exitcode(run.status) if run.status is not None else None,
         "stdout": out.decode("latin-1"),

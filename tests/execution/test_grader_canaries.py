@@ -14,7 +14,8 @@ import textwrap
 
 import pytest
 
-from spade_ray.records import ExecStatus
+from spade_ray.execution.canonical import example
+from spade_ray.records import ExecStatus, TestSuite
 from tests.execution.canaries import ASSERTS, ATTACKS, CONTROLS, SCAN, SHAPES, verdict
 
 
@@ -88,3 +89,42 @@ def test_what_a_candidate_says_comes_back_as_text_that_can_be_recorded(sandbox, 
     assert any("bad" in o.message for o in result.outcomes), result.outcomes
     with TraceStore(tmp_path / "trace.sqlite", "run") as store:
         assert store.record_execution(0, "t/0", "t", result, Versions(0, 0)) == 1
+
+
+# `tally(s)`: how often each character occurs, and its first and last character as a pair
+TALLY = {
+    "asserts": TestSuite(asserts=("assert tally('aab') == ({'a': 2, 'b': 1}, ('a', 'b'))",
+                                  "assert tally('x') == ({'x': 1}, ('x', 'x'))")),
+    "check": TestSuite(preamble="def tally(s):\n    pass\n", entry_point="tally", check=(
+        "def check(candidate):\n"
+        "    assert candidate('aab') == ({'a': 2, 'b': 1}, ('a', 'b'))\n"
+        "    assert candidate('x') == ({'x': 1}, ('x', 'x'))\n")),
+    "examples": TestSuite(entry_point="tally", examples=(
+        example(("aab",), ({"a": 2, "b": 1}, ("a", "b"))),
+        example(("x",), ({"x": 1}, ("x", "x"))))),
+}
+ENDS = "    ends = collections.namedtuple('Ends', 'first last')(s[0], s[-1])\n"
+
+
+@pytest.mark.parametrize("shape", TALLY)
+@pytest.mark.parametrize("body, right", [
+    ("    return collections.Counter(s), (s[0], s[-1])\n", True),
+    ("    return collections.OrderedDict(collections.Counter(s)), (s[0], s[-1])\n", True),
+    ("    d = collections.defaultdict(int)\n    for c in s:\n        d[c] += 1\n"
+     "    return d, (s[0], s[-1])\n", True),
+    (ENDS + "    return dict(collections.Counter(s)), ends\n", True),
+    ("    class Ends(typing.NamedTuple):\n        first: str\n        last: str\n"
+     "    return collections.Counter(s), Ends(s[0], s[-1])\n", True),
+    # wrong as Python compares them too: a deque is no tuple, a Counter of other counts no dict
+    ("    return collections.Counter(s), collections.deque([s[0], s[-1]])\n", False),
+    ("    return collections.Counter(s * 2), (s[0], s[-1])\n", False),
+], ids=["counter", "ordered_dict", "defaultdict", "namedtuple", "typing_namedtuple", "deque",
+        "wrong_counts"])
+def test_pythons_own_containers_are_judged_as_the_type_they_extend(sandbox, shape, body, right):
+    """A Counter equals the dict of its counts, a namedtuple the tuple of its fields, as `==`
+    says and HumanEval's own harness passes them; only their items cross (red-team s33: a
+    correct HumanEval/111 returning a Counter scored 0)."""
+    code = "import collections, typing\ndef tally(s):\n" + body
+    result, s = verdict(sandbox, code, TALLY[shape])
+    assert (s.value, result.passed) == ((1.0, True) if right else (0.0, False)), result.outcomes
+    assert result.suspicion == ""

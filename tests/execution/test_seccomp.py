@@ -118,3 +118,42 @@ print("flags", fcntl.fcntl(r, fcntl.F_GETFL) & os.O_NONBLOCK != 0,
     assert r.stdout.split("\n")[:5] == [f"{name} 1" for name in (
         "F_SETOWN", "F_SETSIG", "F_SETOWN_EX", "FIOSETOWN", "SIOCSPGRP")], r.stdout
     assert "flags True unread 3" in r.stdout
+
+
+def test_no_lock_watch_or_inode_flag_reaches_another_run(sandbox):
+    """Every local jail sees the host's /usr as the same files: one jail's lock on a file there,
+    tested for by a concurrent jail, or an open seen through inotify, was a channel between
+    runs; and the no-dump and no-atime flags a run set on /work itself outlived it (red-team
+    s33). Locks, watches and inode flags are refused on both backends (EPERM, 1)."""
+    code = """
+import ctypes, fcntl, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("/work/f", os.O_RDWR | os.O_CREAT)
+work = os.open("/work", os.O_RDONLY | os.O_DIRECTORY)
+lock = struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0)
+
+
+def inotify():
+    if libc.inotify_init1(0) < 0:
+        raise OSError(ctypes.get_errno(), "inotify_init1")
+
+
+for name, call in (("flock", lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)),
+                   ("F_GETLK", lambda: fcntl.fcntl(fd, fcntl.F_GETLK, lock)),
+                   ("F_SETLK", lambda: fcntl.fcntl(fd, fcntl.F_SETLK, lock)),
+                   ("F_OFD_SETLK", lambda: fcntl.fcntl(fd, 37, lock + bytes(8))),
+                   ("lockf", lambda: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)),
+                   ("inotify_init1", inotify),
+                   ("FS_IOC_SETFLAGS", lambda: fcntl.ioctl(work, 0x40086602,
+                                                           struct.pack("l", 0x40)))):
+    try:
+        call()
+        print(name, "allowed")
+    except OSError as e:
+        print(name, e.errno)
+"""
+    r = sandbox.run(code)
+    assert r.status is ExecStatus.OK, r
+    assert r.stdout.split("\n")[:7] == [f"{name} 1" for name in (
+        "flock", "F_GETLK", "F_SETLK", "F_OFD_SETLK", "lockf", "inotify_init1",
+        "FS_IOC_SETFLAGS")], r.stdout
