@@ -4,7 +4,8 @@ Every rejection has a short, countable reason (the round's metrics count them):
 
     static      forbidden:<name>        an import outside ALLOWED_IMPORTS, a call that does I/O
                                         or depends on the process (open, print, id, hash, ...),
-                                        or a way to another module (tasks/static.py)
+                                        a way to another module, or `is` between values
+                                        (forbidden:is; tasks/static.py)
                 forbidden:module_write  a write to (or del of) an attribute or item of an
                                         imported name (`math.isclose = ...`): it would change
                                         every program sharing the module (tasks/static.py)
@@ -18,8 +19,12 @@ Every rejection has a short, countable reason (the round's metrics count them):
                                         for repair, the buggy program shown too)
                 reference_raises        too few inputs left once those the reference raises on
                                         (or whose result is not plain data, or depends on an
-                                        interpreter limit or a set's order: driver.RAISED)
-                                        are dropped, or none of the generator's own
+                                        interpreter limit: driver.RAISED) are dropped, or
+                                        none of the generator's own
+                set_order               an answer changes when every set is read in another
+                                        order (reversed, or shuffled): the reference reads a
+                                        set in an order no description states (driver.py,
+                                        reorder.py), on the generator's inputs or augmented
                 reference_slow          the reference needs more than `max_reference_cpu_s`
     trivial     constant_outputs        every input gives the same output
                 trivial_passes:<name>   a null solver passes every example (a constant, an echo
@@ -322,7 +327,7 @@ def _core(proposal: Proposal, run, config: AdmissionConfig, count: int,
     more: list[tuple[IOExample, int]] = []
     if extra_run is not None:
         extra_results = driver.answers(extra_run, len(extras), config.max_reference_cpu_s)
-        if extra_results == "nondeterministic":
+        if extra_results in ("nondeterministic", "set_order"):
             return extra_results
         if not isinstance(extra_results, str):  # a limit or crash on extras only loses them
             more = _examples(extras, extra_results)

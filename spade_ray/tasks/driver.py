@@ -77,35 +77,42 @@ PASSES = 2  # over the inputs, in each interpreter
 # the interpreter's own crash rejected the whole task (red-team s31, pass 20). 10,000
 # frames: 20,000 of pure Python ran here.
 #
-# Past that, or past a limit no setting moves (an index past sys.maxsize: `len(range(2 **
-# 64))` raises OverflowError in every interpreter), the answer is alike in all three, and a
-# bare or `except Exception` handler around either made -1 an answer (red-team s31, pass 20:
-# honest solutions scored 0.76 and 0.72). So the raised interpreter also watches for the
-# errors of a limit (LIMIT_ERRORS) while it answers: a trace hook on every frame's `exception`
-# event (lines off) sees one raised anywhere, caught or not, and the input is dropped. A call
-# of the hook that fails (at the recursion limit itself, or out of memory) turns it off for
-# the thread: the input is dropped then too. A handler that names a limit error is refused
-# before anything runs (tasks/static.py). Cost, paired with the driver before it on one
-# worker: +2.7% of sandbox CPU per job on the seed pool (131 -> 135 ms), +16% on a naive
-# recursive fib (233 -> 270 ms), whose every call the hook sees.
+# Past that, or past a limit no setting moves (an index past sys.maxsize: `len(range(2 ** 64))`
+# raises OverflowError in every interpreter), the answer is alike in all three, and a bare or
+# `except Exception` handler around either made -1 an answer (red-team s31, pass 20: honest
+# solutions scored 0.76 and 0.72). So the raised interpreter also watches for the errors of a limit
+# (LIMIT_ERRORS, and a ValueError that names one, LIMIT_MESSAGES: `islice`'s stop or a format's
+# width past sys.maxsize, red-team s33) while it answers: a trace hook on every frame's `exception`
+# event (lines off) sees one raised anywhere, caught or not, and the input is dropped. A call of the
+# hook that fails (at the recursion limit itself, or out of memory) turns it off for the thread: the
+# input is dropped then too. A handler that names a limit error is refused before anything runs
+# (tasks/static.py). Cost, paired with the driver before it on one worker: +2.7% of sandbox CPU per
+# job on the seed pool (131 -> 135 ms), +16% on a naive recursive fib (233 -> 270 ms), whose every
+# call the hook sees.
 #
 # A set's order is the same kind of answer: an int's hash is the int, so an int set's order
 # is the same in every interpreter, and "each distinct value doubled, in any order" over
 # `[2 * x for x in set(xs)]` was admitted; a sorted or first-seen answer failed it, and the
 # generator was paid for it as for an honest task (red-team s32). So the raised interpreter's
-# child also answers its input with the reference rewritten (tasks/reorder.py) to read every
-# set backwards: each set it makes or is given iterates in reverse wherever Python iterates it
-# (in C too: `bytes(s)`, `out += s`, `"%s" % s`), and any other set is turned where the syntax
-# reads it in order (a loop, a comprehension, an unpacking, `pop()`, an argument of list,
-# join, sorted, str, ...). An input whose answer is not equal to the first (as Python
-# compares: a dict built in another order is the same answer) is dropped. What it misses: a
-# set that a C function made (`set.union(a, b)`, a dict view's `&`) read in order only in C,
-# away from those places. Cost: +3% of sandbox CPU per job on the seed pool (103 -> 106 ms),
-# +4.5% on the fib.
+# child also answers its input with the reference rewritten (tasks/reorder.py) to read every set
+# in another order, twice: reversed, and shuffled by a salt of its own. Every set it makes, gets
+# or is given iterates so wherever Python iterates it (in C too: `bytes(s)`, `out += s`, `"%s" %
+# s`), and any other set is turned where the syntax reads it in order. An answer that is not
+# the same as the first, compared as the grader compares (2 is not 2.0; a dict built in another
+# order is the same answer), rejects the task (SET_ORDER): its reference reads a set in an order
+# that matters, and on another input both orders can keep the answer by chance. What it misses:
+# a set that C code made on its own (a dict view's `&`) read in order only in C, away from those
+# places, and a reference whose every input keeps its answer in both orders. Cost, paired on the
+# seed pool (90 jobs each): +3% of sandbox CPU per job for the reversed order (103 -> 106 ms),
+# +1.6% more for the shuffled one (98.0 -> 99.6 ms); +4.5% on the fib for one order.
 RAISED = 1
 RAISED_RECURSION_LIMIT = 10_000
-ARTEFACT = "Artefact"  # the exception name a dropped input's answer reads as: a limit or a
-# set's order decided it
+ARTEFACT = "Artefact"  # the exception name a dropped input's answer reads as: a limit
+# decided it
+SET_ORDER = "SetOrder"  # the raised interpreter's answer where a set's order decided it: the
+# task is rejected (`set_order`), as its reference reads a set in an order that matters, and
+# on another input an answer can keep both other orders by chance (a path's length through a
+# set of four keeps it for 2 or more of the 24 orders)
 #
 # The clocks jump: every read of the time module's clocks (and of the local or UTC time they
 # give) is off by a fresh random amount of up to 136 years. A reference may not read the time at
@@ -180,6 +187,7 @@ def its_return(frame, event, arg):
 
 
 LIMIT_ERRORS = (RecursionError, OverflowError, MemoryError)
+LIMIT_MESSAGES = ("sys.maxsize", "decimal digits", "ssize_t", "index-sized")
 limited = [False]
 
 
@@ -189,7 +197,8 @@ def watch_calls(frame, event, arg):
 
 
 def watch_frame(frame, event, arg):
-    if event == "exception" and issubclass(arg[0], LIMIT_ERRORS):
+    if event == "exception" and (issubclass(arg[0], LIMIT_ERRORS) or issubclass(
+            arg[0], ValueError) and any(m in str(arg[1]) for m in LIMIT_MESSAGES)):
         limited[0] = True
     return watch_frame
 
@@ -206,9 +215,10 @@ def answer(call, hook):
         hooked = sys.gettrace()
         sys.settrace(None)
         result = ["raise", type(e).__name__]
-    if hook is watch_calls and (limited[0] or hooked is not hook or
-                                result[0] == "ok" and not same_reordered(value)):
+    if hook is watch_calls and (limited[0] or hooked is not hook):
         return ["raise", "ARTEFACT"]
+    if hook is watch_calls and result[0] == "ok" and not same_reordered(value):
+        return ["raise", "SET_ORDER"]
     return result + [line[0]] if hook is calls_of_entry else result
 
 
@@ -216,15 +226,19 @@ REORDER
 
 
 def same_reordered(value):
-    """Whether the reference, with every set read in another order, answers the input the
-    child was forked for as it did (equal as Python compares: a dict's order is no answer)."""
-    try:
-        namespace = {"__name__": "reference", **names()}
-        exec(reordered_source, namespace)
-        other = namespace[job["entry"]](*turned(ast.literal_eval(the_input[0])))
-        return other == value or repr(other) == repr(value)
-    except BaseException:
-        return False
+    """Whether the reference, with every set read in each other order, answers the input the
+    child was forked for as it did (as the grader compares: a dict's order is no answer)."""
+    for way in ORDERS:
+        order[0] = way
+        try:
+            namespace = {"__name__": "reference", **names()}
+            exec(reordered_source, namespace)
+            other = namespace[job["entry"]](*turned(ast.literal_eval(the_input[0])))
+            if not same_answer(other, value):
+                return False
+        except BaseException:
+            return False
+    return True
 
 
 the_input = [None]
@@ -287,7 +301,7 @@ for k in range(INTERPRETERS):
     runs.append([done.returncode, done.stdout[-4000000:], done.stderr[-2000:]])
 print(json.dumps(runs))
 '''.replace("RUNNER", repr(RUNNER.replace("RAISED_RECURSION_LIMIT", str(RAISED_RECURSION_LIMIT))
-                          .replace("ARTEFACT", ARTEFACT)
+                          .replace("ARTEFACT", ARTEFACT).replace("SET_ORDER", SET_ORDER)
                           .replace("REORDER", inspect.getsource(reorder)))) \
     .replace("INTERPRETERS", str(INTERPRETERS)).replace("RAISED", str(RAISED))
 
@@ -340,6 +354,8 @@ def answers(run: ExecResult, calls: int, max_reference_cpu_s: float) -> list | s
     first = outputs[0]
     if not all(isinstance(o, list) and len(o) == calls for o in (first, raised)):
         return "reference_error"
+    if any(type(theirs) is list and theirs[:2] == ["raise", SET_ORDER] for theirs in raised):
+        return "set_order"
     # the entries are the reference's process's output: checked as data, never trusted to
     # have a shape (admission reads only well-formed ones)
     return [mine if type(mine) is list and type(theirs) is list and mine[:2] == theirs[:2]

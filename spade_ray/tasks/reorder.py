@@ -1,25 +1,31 @@
-"""A reference rewritten to read every set in the reverse of Python's order (driver.py).
+"""A reference rewritten to read every set in another order than Python's (driver.py).
 
-The driver's raised interpreter answers each input once more with the reference's syntax tree
-passed through Reorder, and an answer that changes was decided by the order Python iterates a
-set in, which a description cannot state. Two layers, because neither alone sees every read:
+The driver's raised interpreter answers each input again with the reference's syntax tree
+passed through Reorder, once per order in ORDERS, and an input whose answer changes was decided
+by the order Python iterates a set in, which a description cannot state. Two orders, because
+neither alone changes every such answer: the reverse moves every item (so the first, the last
+and any one position change), and a shuffle keyed by a salt this process draws at start changes
+what the reverse keeps (a path's length through the items, the first plus the last).
 
-- Every set the reference makes (a literal, a comprehension, `set(...)`, `frozenset(...)`) is
-  made a ReversedSet or ReversedFrozenset: equal to the set, a set to isinstance, but iterated
-  backwards wherever Python iterates it, in C too (`bytes(s)`, `out += s`, `out[:] = s`,
-  `zip(*[s])`, `"%s" % s`, `s.__iter__()`), and `|`, `&`, `-`, `^`, union, ..., copy and pop
-  keep to it.
-- So is every set in the input. Any other set (one `set.union(a, b)` or a dict view's `&`
-  returns) is turned backwards where the reference reads it in order: a loop, a
-  comprehension, an unpacking, a starred argument, an f-string, `pop()`, an argument of a call
-  that reads its items in order (ORDERING_CALLS), a `%` format's operand.
+Every set the reference gets iterates in the order: its `set` and `frozenset` are TurnedSet
+and TurnedFrozenset (names(); to isinstance still set and frozenset), a set literal or
+comprehension is made one, so is every set in its input (`turned`), and set operations, copy
+and pop keep to it. Python iterates them in that order wherever it iterates them, in C too
+(`bytes(s)`, `out += s`, `"%s" % s`, `map(set, ...)`). A set that C code makes on its own (a
+dict view's `&`) is turned where the reference reads it in order: a loop, a comprehension, an
+unpacking, a slice or augmented assignment, a starred argument, an f-string, `pop()`, an
+argument of a call that reads its items in order (ORDERING_CALLS), a `%` format's operand.
+
+The answers are compared as the grader compares them (`same_answer`: exact types, 2 is not
+2.0; a dict's order is no answer).
 
 This module's whole text runs inside the sandbox, spliced into the driver's program (driver.py
-reads it with inspect.getsource): it imports `ast` only, and is here, not in that program's
-text, so that the host's tests can call it too.
+reads it with inspect.getsource): it imports `ast` and `os` only, and is here, not in that
+program's text, so that the host's tests can call it too.
 """
 
 import ast
+import os
 
 ORDERING_CALLS = {"list", "tuple", "enumerate", "zip", "map", "filter", "iter", "next", "min",
                   "max", "sum", "sorted", "dict", "join", "fromkeys", "extend", "chain",
@@ -27,13 +33,47 @@ ORDERING_CALLS = {"list", "tuple", "enumerate", "zip", "map", "filter", "iter", 
                   "product", "accumulate", "Counter", "deque", "OrderedDict", "reduce",
                   "starmap", "zip_longest", "cycle", "groupby", "compress", "takewhile",
                   "dropwhile", "pairwise", "fsum", "prod", "mode", "multimode", "str", "repr",
-                  "format", "bytes", "bytearray", "array"}
-MAKERS = {"set", "frozenset"}
+                  "format", "bytes", "bytearray", "array", "update", "extendleft",
+                  "from_iterable"}
+SALT = int.from_bytes(os.urandom(8), "big")
 
 
-class ReversedSet(set):
+def backwards(items):
+    return items[::-1]
+
+
+def shuffled(items):
+    """The items sorted by a salted mix of their hashes (the same set, the same order); turned
+    by one place where that is Python's own order or its reverse, which `backwards` tries."""
+    order = sorted(items, key=lambda item: hash((SALT, hash(item))))
+    if all(map(_same_object, order, items)) or all(map(_same_object, order, items[::-1])):
+        return items[1:] + items[:1]
+    return order
+
+
+def _same_object(a, b):
+    return a is b
+
+
+ORDERS = (backwards, shuffled)
+order = [backwards]  # the one in use
+
+
+class _Standing(type):
+    """A class standing in for a builtin: isinstance and issubclass answer for the builtin, so
+    that to the reference a set it did not make is still a `set`."""
+
+    def __instancecheck__(cls, value):
+        return isinstance(value, cls.__mro__[1])
+
+    def __subclasscheck__(cls, kind):
+        return issubclass(kind, cls.__mro__[1])
+
+
+class TurnedSet(set, metaclass=_Standing):
     def __iter__(self):
-        return iter(list(set.__iter__(self))[::-1])
+        items = list(set.__iter__(self))
+        return iter(order[0](items) if len(items) > 1 else items)
 
     def __repr__(self):  # a set's text, its items in this order
         return "{" + ", ".join(map(repr, self)) + "}" if self else "set()"
@@ -46,9 +86,10 @@ class ReversedSet(set):
         return item
 
 
-class ReversedFrozenset(frozenset):
+class TurnedFrozenset(frozenset, metaclass=_Standing):
     def __iter__(self):
-        return iter(list(frozenset.__iter__(self))[::-1])
+        items = list(frozenset.__iter__(self))
+        return iter(order[0](items) if len(items) > 1 else items)
 
     def __repr__(self):
         return "frozenset({" + ", ".join(map(repr, self)) + "})" if self else "frozenset()"
@@ -61,16 +102,18 @@ def _keeping(kind, operation):
     return kept
 
 
-for _kind, _base in ((ReversedSet, set), (ReversedFrozenset, frozenset)):
+for _kind, _base in ((TurnedSet, set), (TurnedFrozenset, frozenset)):
     for _name in ("__or__", "__ror__", "__and__", "__rand__", "__sub__", "__rsub__", "__xor__",
                   "__rxor__", "union", "intersection", "difference", "symmetric_difference",
                   "copy"):
         setattr(_kind, _name, _keeping(_kind, getattr(_base, _name)))
+STANDS_FOR = {TurnedSet: set, TurnedFrozenset: frozenset}
+PLAIN = {type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset}
 
 
 class Reorder(ast.NodeTransformer):
-    """Wraps every set the reference makes, and every place it reads one in order, in
-    `_spade_reordered(...)`; `s.pop()` becomes `_spade_pop(s)`."""
+    """Wraps every set literal and comprehension, and every place the reference reads an
+    iterable in order, in `_spade_reordered(...)`; `s.pop()` becomes `_spade_pop(s)`."""
 
     def wrap(self, node):
         return ast.Call(ast.Name("_spade_reordered", ast.Load()), [node], [])
@@ -105,6 +148,7 @@ class Reorder(ast.NodeTransformer):
         return node
 
     visit_FormattedValue = visit_YieldFrom  # f"{s}": a set's text shows its order
+    visit_AugAssign = visit_YieldFrom  # out += s
 
     def visit_BinOp(self, node):
         self.generic_visit(node)
@@ -118,7 +162,8 @@ class Reorder(ast.NodeTransformer):
 
     def visit_Assign(self, node):
         self.generic_visit(node)
-        if any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets):
+        if any(isinstance(t, (ast.Tuple, ast.List)) or isinstance(t, ast.Subscript)
+               and isinstance(t.slice, ast.Slice) for t in node.targets):  # a, b = s; x[:] = s
             node.value = self.wrap(node.value)
         return node
 
@@ -131,25 +176,23 @@ class Reorder(ast.NodeTransformer):
             return ast.Call(ast.Name("_spade_pop", ast.Load()), [f.value], [])
         if name in ORDERING_CALLS:
             node.args = [a if isinstance(a, ast.Starred) else self.wrap(a) for a in node.args]
-        if name in MAKERS and isinstance(f, ast.Name):
-            return self.wrap(node)
         return node
 
 
 def reordered(value):
-    """A set iterated backwards (a copy of a set the rewrite did not make, which an iteration
-    site may take: it only reads it); anything else as it is."""
+    """A set as a Turned one (a copy of one the rewrite did not make, which an iteration site
+    may take: it only reads it); anything else as it is."""
     kind = type(value)
     if kind is set:
-        return ReversedSet(value)
+        return TurnedSet(value)
     if kind is frozenset:
-        return ReversedFrozenset(value)
+        return TurnedFrozenset(value)
     return value
 
 
 def turned(value):
-    """An input with every set in it iterating backwards (a copy: an input is made fresh for
-    the call)."""
+    """An input with every set in it a Turned one (a copy: an input is made fresh for the
+    call)."""
     kind = type(value)
     if kind in (set, frozenset):
         return reordered(kind(map(turned, value)))
@@ -161,21 +204,45 @@ def turned(value):
 
 
 def pop_reordered(value):
-    """`value.pop()`, but a set gives up the item it would iterate last."""
+    """`value.pop()`, a set giving up the item it iterates first in the order in use."""
     if type(value) is not set or len(value) < 2:
         return value.pop()
-    item = list(value)[-1]
+    item = order[0](list(value))[0]
     value.discard(item)
     return item
 
 
+def same_answer(a, b):
+    """Whether two answers are the same as the grader compares them: exact types (2 is not 2.0
+    nor True), a Turned set as the set it stands for, dicts and sets by their items whatever
+    their order, NaN equal to NaN. An answer that is not plain data is no example (admission
+    drops it, or the grader's check of the reference fails it): no order decides it here."""
+    kind, other = STANDS_FOR.get(type(a), type(a)), STANDS_FOR.get(type(b), type(b))
+    if kind not in PLAIN or other not in PLAIN:
+        return True  # no example: the reference's own class (made anew by each run) or such
+    if kind is not other:
+        return False
+    if kind in (list, tuple):
+        return len(a) == len(b) and all(map(same_answer, a, b))
+    if kind in (set, frozenset, dict):
+        if len(a) != len(b) or (a.keys() if kind is dict else a) != (b.keys() if kind is dict
+                                                                      else b):
+            return False
+        theirs = {key: key for key in b}  # b's own key for each of a's: typed too
+        return all(same_answer(key, theirs[key]) and (kind is not dict
+                                                      or same_answer(a[key], b[key]))
+                   for key in a)
+    return a == b or repr(a) == repr(b)
+
+
 def reordered_code(source: str, filename: str):
-    """`source` compiled with every set read in reverse; run it with `names()` in its
-    namespace."""
+    """`source` compiled to read every set in the order in use; run it with `names()` as its
+    namespace's start."""
     return compile(ast.fix_missing_locations(Reorder().visit(ast.parse(source))), filename,
                    "exec")
 
 
 def names() -> dict:
-    """The names reordered code calls."""
-    return {"_spade_reordered": reordered, "_spade_pop": pop_reordered}
+    """The names reordered code calls, and its `set` and `frozenset`."""
+    return {"_spade_reordered": reordered, "_spade_pop": pop_reordered, "set": TurnedSet,
+            "frozenset": TurnedFrozenset}

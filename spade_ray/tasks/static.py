@@ -27,6 +27,11 @@ closed here (red-team passes found each of them admitted):
 Runtime backs these up: the admission driver's clocks jump at every read (tasks/driver.py), so a
 reference that reads the time some other way disagrees with itself and is nondeterministic.
 
+Nor may it compare values by identity (`is`, `is not`) unless one side is one of a kind (None,
+True, False, `...`, a type, a sentinel the module makes): CPython keeps one object for each int
+from -5 to 256 and for some strings, so `xs[i] is xs[i + 1]` answered "count adjacent equal
+values" right below 257 and wrong above, and an honest `==` solution failed (red-team s33).
+
 Nor may a reference name the errors of an interpreter's limits, or their parent classes
 (LIMIT_ERRORS): a handler turns a limit into an answer the description cannot state (red-team
 s31: -1 where recursion went past 10,000 frames, or `len(range(...))` past the index size,
@@ -53,6 +58,8 @@ from spade_ray.tasks.imports import ALLOWED_IMPORTS, free_names
 # and the classes above them that a handler could name instead (RecursionError is a
 # RuntimeError, OverflowError an ArithmeticError); `except Exception` and a bare `except` stay
 # allowed (honest parsing code uses them), and only the driver's raised interpreter sees those
+TYPE_NAMES = frozenset({"int", "float", "complex", "bool", "str", "bytes", "list", "tuple",
+                        "dict", "set", "frozenset", "type", "object", "range"})
 LIMIT_ERRORS = frozenset({"RecursionError", "OverflowError", "MemoryError", "RuntimeError",
                           "ArithmeticError"})
 FORBIDDEN_NAMES = frozenset({
@@ -95,6 +102,8 @@ def static_reason(reference: str) -> str | None:
         return f"unbound:{free[0]}"
     if _writes_imported(tree):
         return "forbidden:module_write"
+    if _identity_of_values(tree):
+        return "forbidden:is"
     return "forbidden:module_value" if _modules_as_values(tree) else None
 
 
@@ -222,10 +231,34 @@ def _forbidden(node: ast.AST) -> str | None:
         return node.name  # a dunder method: __instancecheck__, __eq__, __getattr__ ...
     if isinstance(node, (ast.Global, ast.Nonlocal)):
         return "global"
+
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         found = DUNDER.search(node.value)
         return found[0] if found else None
     return None
+
+
+def _identity_of_values(tree: ast.Module) -> bool:
+    """Whether the program compares by identity (`is`, `is not`) where neither side is one of
+    a kind: None, True, False, ..., a type (`type(x) is int`) or a name the module binds to
+    an object it makes (a sentinel, `_MISSING = object()`; not `BIG = 300`, which `is` would
+    tell from an equal int made at run time)."""
+    bound = {t.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+             for t in n.targets if isinstance(t, ast.Name)}
+    return any(isinstance(op, (ast.Is, ast.IsNot)) and not (_one_of_a_kind(left, bound)
+                                                            or _one_of_a_kind(right, bound))
+               for node in ast.walk(tree) if isinstance(node, ast.Compare)
+               for op, left, right in zip(node.ops, [node.left, *node.comparators],
+                                          node.comparators))
+
+
+def _one_of_a_kind(node: ast.expr, bound: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return any(node.value is v for v in (None, True, False, Ellipsis))
+    if isinstance(node, ast.Name):
+        return node.id in bound or node.id in TYPE_NAMES
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+        node.func.id == "type" and len(node.args) == 1
 
 
 def _forbidden_name(name: str) -> bool:

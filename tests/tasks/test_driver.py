@@ -96,8 +96,15 @@ def test_honest_memoisation_and_module_tables_are_deterministic(sandbox, referen
     ("def depth(n: int) -> int:\n    def go(k):\n        try:\n            go(k + 1)\n"
      "        except BaseException:\n            pass\n    go(0)\n    return n\n",
      "depth", [(3,)], [None]),
+    # red-team s33: a limit that raises ValueError, in islice and in a format's width
+    ("import itertools\ndef head(xs: list, n: int) -> list:\n    try:\n"
+     "        return list(itertools.islice(xs, n))\n    except ValueError:\n        return [-1]\n",
+     "head", [([1, 2], 1), ([3], 2 ** 64), ([4, 5], 5)], [("[1]",), None, ("[4, 5]",)]),
+    ("def pad(x: int, w: int) -> str:\n    try:\n        return f'{x:>{w}}'\n"
+     "    except ValueError:\n        return ''\n",
+     "pad", [(7, 3), (7, 2 ** 64), (12, 1)], [("'  7'",), None, ("'12'",)]),
 ], ids=["recursion_limit", "int_str_digits", "recursion_past_the_raised_limit",
-        "index_size", "caught_inside"])
+        "index_size", "caught_inside", "islice_past_maxsize", "format_width_past_maxsize"])
 def test_an_answer_an_interpreter_limit_decides_is_dropped(sandbox, reference, entry, inputs,
                                                           kept):
     """The same in every interpreter with the defaults, but not an answer of the task: the
@@ -119,27 +126,33 @@ def test_an_answer_an_interpreter_limit_decides_is_dropped(sandbox, reference, e
     "return [*set(xs)][0]",
     "return str(set(xs))",
     "return f'{set(xs)}!'",
-    "return '%s!' % set(xs)",  # read in C: the set itself is made to iterate backwards
+    "return '%s!' % set(xs)",  # read in C: the set itself is made to iterate in the order
+    # red-team s33: the same under reversal, not under the shuffle
+    "s = list(set(xs))\n    return s[0] + s[-1]",
+    "s = list(set(xs))\n    return sum(abs(b - a) for a, b in zip(s, s[1:]))",
     "return bytes({x % 256 for x in xs})",
     "out = []\n    out += set(xs)\n    return out",
 ], ids=["comprehension", "loop", "list", "join", "sort_ties", "pop", "next_iter", "star", "str",
-        "f_string", "percent", "bytes", "augmented"])
-def test_an_answer_a_sets_order_decides_is_dropped(sandbox, body):
+        "f_string", "percent", "first_plus_last", "path_length", "bytes", "augmented"])
+def test_an_answer_a_sets_order_decides_rejects_the_task(sandbox, body):
     """A set's order is the same in every interpreter for ints, but no description states it:
-    the raised interpreter also answers with every set read in another order, and an input
-    whose answer changes is dropped. An input with one distinct value has one order."""
+    the raised interpreter also answers with every set read in other orders, and an answer
+    that changes rejects the task (on another input both orders could keep it by chance). An
+    input with one distinct value has one order."""
     reference = f"def f(xs: list) -> list:\n    {body}\n"
-    got = driven(sandbox, reference, "f", [([3, 1, 2, 200, -7],), ([4, 4],), ([65, 1, 33, -2],)])
-    assert got[0] == got[2] == ["raise", ARTEFACT], got
-    assert got[1][0] == "ok", got
+    # the shuffle keeps a path's length through these for at most 1 order in 10, 4, 6, 90
+    assert driven(sandbox, reference, "f", [([4, 4],), ([3, 1, 2, 200, -7],), ([65, 1, 33, -2],),
+                                            ([70, -6, 3, 19, 3],), ([9, 100, -50, 7, 31, 2],)]
+                  ) == "set_order"
+    assert driven(sandbox, reference, "f", [([4, 4],), ([5],)])[0][0] == "ok"
 
 
 def test_a_set_given_as_input_is_read_backwards_too(sandbox):
     """A slice assignment reads its set in C, at no place the rewrite's syntax sees: the
     input's own set iterates backwards."""
     reference = "def f(s: set) -> list:\n    out = [0]\n    out[:] = s\n    return out\n"
-    assert driven(sandbox, reference, "f", [({3, 1, 2},), ({4},)]) == \
-        [["raise", ARTEFACT], ["ok", "[4]"]]
+    assert driven(sandbox, reference, "f", [({4},), ({3, 1, 2},)]) == "set_order"
+    assert driven(sandbox, reference, "f", [({4},), ({5},)]) == [["ok", "[4]"], ["ok", "[5]"]]
 
 
 @pytest.mark.parametrize("body, answers", [
