@@ -33,7 +33,10 @@ problems whose solution is more than one `return`, as the squares of a list's it
 honest task and no copy of HumanEval/41) (arguments nested deeper or re-encoded otherwise,
 renamed keys, an output wrapped in a dict, reduced (the sum of /9's running maxima) or
 transformed otherwise, an input shifted (HumanEval/55's fib(n + 1)), a special case combined
-with a changed answer, rounding to fewer than two decimal places), and a
+with a changed answer, rounding to fewer than two decimal places, an argument of the problem
+fixed to a constant (HumanEval/44's change_base(x, 3) as "x in base 3"; red-team s33), the two
+views composed (a text of numbers, each mapped), a map over items that also passes a shared
+argument, a problem used as a filter (red-team s33)), and a
 copy beside two tasks of its chunk whose inputs stick its
 problem in one C call (a problem killed is left out for the rest of the run, ITEM_SLACK_S, and
 gets one more pass at the end). A known task is checked only on calls with the kinds of
