@@ -217,8 +217,10 @@ def answer(call, hook):
         result = ["raise", type(e).__name__]
     if hook is watch_calls and (limited[0] or hooked is not hook):
         return ["raise", "ARTEFACT"]
-    if hook is watch_calls and result[0] == "ok" and not same_reordered(value):
-        return ["raise", "SET_ORDER"]
+    if hook is watch_calls and result[0] == "ok":
+        same = same_reordered(value)
+        if not same:
+            return ["raise", "ARTEFACT" if same is None else "SET_ORDER"]
     return result + [line[0]] if hook is calls_of_entry else result
 
 
@@ -227,17 +229,22 @@ REORDER
 
 def same_reordered(value):
     """Whether the reference, with every set read in each other order, answers the input the
-    child was forked for as it did (as the grader compares: a dict's order is no answer)."""
+    child was forked for as it did (as the grader compares: a dict's order is no answer); None
+    where the comparison itself failed (an answer nested past the recursion limit, which is no
+    example anyway)."""
     for way in ORDERS:
         order[0] = way
         try:
             namespace = {"__name__": "reference", **names()}
             exec(reordered_source, namespace)
             other = namespace[job["entry"]](*turned(ast.literal_eval(the_input[0])))
+        except BaseException:
+            return False
+        try:
             if not same_answer(other, value):
                 return False
         except BaseException:
-            return False
+            return None
     return True
 
 

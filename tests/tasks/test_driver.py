@@ -103,8 +103,13 @@ def test_honest_memoisation_and_module_tables_are_deterministic(sandbox, referen
     ("def pad(x: int, w: int) -> str:\n    try:\n        return f'{x:>{w}}'\n"
      "    except ValueError:\n        return ''\n",
      "pad", [(7, 3), (7, 2 ** 64), (12, 1)], [("'  7'",), None, ("'12'",)]),
+    # an answer nested nearly to the raised limit: repr reads it, the set-order comparison
+    # cannot; that is the comparison's limit, not a set's order (no set_order for the task)
+    ("def nest(n: int) -> list:\n    x = []\n    for _ in range(n):\n        x = [x]\n"
+     "    return x\n", "nest", [(2,), (9990,)], [("[[[]]]",), None]),
 ], ids=["recursion_limit", "int_str_digits", "recursion_past_the_raised_limit",
-        "index_size", "caught_inside", "islice_past_maxsize", "format_width_past_maxsize"])
+        "index_size", "caught_inside", "islice_past_maxsize", "format_width_past_maxsize",
+        "nested_to_the_comparisons_limit"])
 def test_an_answer_an_interpreter_limit_decides_is_dropped(sandbox, reference, entry, inputs,
                                                           kept):
     """The same in every interpreter with the defaults, but not an answer of the task: the
