@@ -18,8 +18,10 @@ OrderedDict or a defaultdict crosses as the dict of its items, a namedtuple as t
 fields (`as_plain`). Only their items cross, so nothing of their class reaches a comparison; a
 correct HumanEval/111 that returned a Counter passed HumanEval's own harness and failed ours
 (red-team s33). A deque, a range, a Fraction stay wrong: `==` does not take them for a list
-or a number. `same()` is the grader's comparison: types must match exactly (True is not 1, 1 is not
-1.0, and so in set items and dict keys too), floats compare exactly unless a tolerance is given
+or a number.
+
+`same()` is the grader's comparison: types must match exactly (True is not 1, 1 is not 1.0,
+and so in set items and dict keys too), floats compare exactly unless a tolerance is given
 (then `math.isclose` with it as both the relative and the absolute tolerance; not for floats
 inside set items or dict keys, which are exact), NaN equals NaN, and -0.0 equals 0.0.
 

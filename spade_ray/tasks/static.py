@@ -240,16 +240,21 @@ def _forbidden(node: ast.AST) -> str | None:
 
 def _identity_of_values(tree: ast.Module) -> bool:
     """Whether the program compares by identity (`is`, `is not`) where neither side is one of
-    a kind: None, True, False, ..., a type (`type(x) is int`) or a name the module binds to
-    an object it makes (a sentinel, `_MISSING = object()`; not `BIG = 300`, which `is` would
-    tell from an equal int made at run time)."""
-    bound = {t.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+    a kind: None, True, False, ..., a type (`type(x) is int`) or a sentinel, a name the module
+    binds to a new `object()` (not `BIG = 300` or `BIG = int('300')`, which `is` would tell
+    from an equal int made at run time)."""
+    bound = {t.id for n in tree.body if isinstance(n, ast.Assign) and _new_object(n.value)
              for t in n.targets if isinstance(t, ast.Name)}
     return any(isinstance(op, (ast.Is, ast.IsNot)) and not (_one_of_a_kind(left, bound)
                                                             or _one_of_a_kind(right, bound))
                for node in ast.walk(tree) if isinstance(node, ast.Compare)
                for op, left, right in zip(node.ops, [node.left, *node.comparators],
                                           node.comparators))
+
+
+def _new_object(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+        node.func.id == "object" and not node.args and not node.keywords
 
 
 def _one_of_a_kind(node: ast.expr, bound: set[str]) -> bool:

@@ -191,7 +191,7 @@ def test_a_handler_of_an_interpreter_limit_is_refused(error):
 @pytest.mark.parametrize("test, reason", [
     ("xs[i] is xs[i + 1]", "forbidden:is"), ("a is not b", "forbidden:is"),
     ("a * 1 is 300", "forbidden:is"), ("0 < a is b", "forbidden:is"),
-    ("xs[0] is xs", "forbidden:is"), ("a is BIG", "forbidden:is"),
+    ("xs[0] is xs", "forbidden:is"), ("a is BIG", "forbidden:is"), ("a is BIG2", "forbidden:is"),
     ("a is None", None), ("None is not a", None), ("(a is True) is False", None),
     ("a is ...", None), ("a == b", None), ("type(a) is not int", None), ("int is type(b)", None),
     ("xs[i] is MISSING", None),
@@ -201,6 +201,6 @@ def test_values_are_not_compared_by_identity(test, reason):
     answered "count adjacent equal values" right below 257 and wrong above, and was admitted;
     an honest `==` failed it. Identity with None, True, False, ..., a type or a sentinel the
     module binds is a plain test."""
-    reference = "MISSING = object()\nBIG = 300\n\n" \
+    reference = "MISSING = object()\nBIG = 300\nBIG2 = int('300')\n\n" \
         f"def f(xs: list, a: int, b: int, i: int) -> bool:\n    return {test}\n"
     assert static_reason(reference) == reason
