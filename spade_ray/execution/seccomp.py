@@ -59,16 +59,36 @@ def compile_filter(machine: str | None = None, profile: Path = PROFILE) -> bytes
     # a call this architecture does not have (null: aarch64 has no inotify_init) needs no rule
     program += [(BPF_JEQ_K, "eperm", 0, numbers[name]) for name in spec["deny"]
                 if numbers[name] is not None]
-    # A call that names a process by its arguments may name only the caller (arguments 0): the
-    # low word, as the kernel reads these int arguments.
+    program += _self_only(spec, numbers) + _socket_families(spec, numbers) + \
+        _argument_checks(spec, numbers)
+    program += [(BPF_JEQ_K, "enosys", 0, numbers["clone3"]),
+                (BPF_JEQ_K, 0, "allow", numbers["clone"]),
+                (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
+                (BPF_JSET_K, "eperm", 0, clone_mask),
+                ("label", "allow"), (BPF_RET_K, 0, 0, RET_ALLOW),
+                ("label", "eperm"), (BPF_RET_K, 0, 0, RET_ERRNO | errno.EPERM),
+                ("label", "enosys"), (BPF_RET_K, 0, 0, RET_ERRNO | errno.ENOSYS),
+                ("label", "kill"), (BPF_RET_K, 0, 0, RET_KILL_PROCESS)]
+    return _assemble(program)
+
+
+def _self_only(spec: dict, numbers: dict) -> list[tuple]:
+    """A call that names a process by its arguments may name only the caller (arguments 0): the
+    low word, as the kernel reads these int arguments."""
+    program = []
     for name, indices in spec["self_only"].items():
         program.append((BPF_JEQ_K, 0, f"not {name}", numbers[name]))
         for index in indices:
             program += [(BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 8 * index),
                         (BPF_JEQ_K, 0, "eperm", 0)]
         program += [(BPF_RET_K, 0, 0, RET_ALLOW), ("label", f"not {name}")]
-    # socket families: argument 0 (its low word) one of these, and for those with a protocol
-    # list, argument 2 one of those; else refused
+    return program
+
+
+def _socket_families(spec: dict, numbers: dict) -> list[tuple]:
+    """Socket families: argument 0 (its low word) one of these, and for those with a protocol
+    list, argument 2 one of those; else refused."""
+    program = []
     families = spec["socket_families"]
     for name in families["calls"]:
         program += [(BPF_JEQ_K, 0, f"not {name}", numbers[name]),
@@ -84,24 +104,23 @@ def compile_filter(machine: str | None = None, profile: Path = PROFILE) -> bytes
                         (BPF_RET_K, 0, 0, RET_ERRNO | errno.EAFNOSUPPORT),
                         ("label", f"{name} not {family}")]  # the accumulator still holds arg 0
         program += [(BPF_RET_K, 0, 0, RET_ERRNO | errno.EAFNOSUPPORT), ("label", f"not {name}")]
-    for name, (index, flags) in spec["denied_flags"].items():  # any of `flags` set: refused
+    return program
+
+
+def _argument_checks(spec: dict, numbers: dict) -> list[tuple]:
+    """Calls refused for one argument: any of `flags` set (denied_flags), or one of `values`
+    (denied_values)."""
+    program = []
+    for name, (index, flags) in spec["denied_flags"].items():
         program += [(BPF_JEQ_K, 0, f"no {name}", numbers[name]),
                     (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 8 * index),
                     (BPF_JSET_K, "eperm", "allow", flags), ("label", f"no {name}")]
-    for name, (index, values) in spec["denied_values"].items():  # any of `values`: refused
+    for name, (index, values) in spec["denied_values"].items():
         program += [(BPF_JEQ_K, 0, f"no {name} value", numbers[name]),
                     (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 8 * index),
                     *((BPF_JEQ_K, "eperm", 0, value) for value in values),
                     (BPF_RET_K, 0, 0, RET_ALLOW), ("label", f"no {name} value")]
-    program += [(BPF_JEQ_K, "enosys", 0, numbers["clone3"]),
-                (BPF_JEQ_K, 0, "allow", numbers["clone"]),
-                (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
-                (BPF_JSET_K, "eperm", 0, clone_mask),
-                ("label", "allow"), (BPF_RET_K, 0, 0, RET_ALLOW),
-                ("label", "eperm"), (BPF_RET_K, 0, 0, RET_ERRNO | errno.EPERM),
-                ("label", "enosys"), (BPF_RET_K, 0, 0, RET_ERRNO | errno.ENOSYS),
-                ("label", "kill"), (BPF_RET_K, 0, 0, RET_KILL_PROCESS)]
-    return _assemble(program)
+    return program
 
 
 def _assemble(program: list[tuple]) -> bytes:

@@ -20,11 +20,12 @@ The answers are compared as the grader compares them (`same_answer`: exact types
 2.0; a dict's order is no answer).
 
 This module's whole text runs inside the sandbox, spliced into the driver's program (driver.py
-reads it with inspect.getsource): it imports `ast` and `os` only, and is here, not in that
-program's text, so that the host's tests can call it too.
+reads it with inspect.getsource): it imports `ast`, `operator` and `os` only, and is here, not
+in that program's text, so that the host's tests can call it too.
 """
 
 import ast
+import operator
 import os
 
 ORDERING_CALLS = {"list", "tuple", "enumerate", "zip", "map", "filter", "iter", "next", "min",
@@ -46,13 +47,9 @@ def shuffled(items):
     """The items sorted by a salted mix of their hashes (the same set, the same order); turned
     by one place where that is Python's own order or its reverse, which `backwards` tries."""
     order = sorted(items, key=lambda item: hash((SALT, hash(item))))
-    if all(map(_same_object, order, items)) or all(map(_same_object, order, items[::-1])):
+    if all(map(operator.is_, order, items)) or all(map(operator.is_, order, items[::-1])):
         return items[1:] + items[:1]
     return order
-
-
-def _same_object(a, b):
-    return a is b
 
 
 ORDERS = (backwards, shuffled)

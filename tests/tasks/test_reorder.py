@@ -48,15 +48,25 @@ def both(body: str) -> tuple[object, object]:
     "return list(zip(*[set(xs)]))",
     "return list(map(list, [set(xs)]))",
     "return list(set(xs).__iter__())",
-    "s = set(xs)\n    return [s.pop(), len(s)]",
     "s = {abs(x) for x in xs}\n    t = s | {1000}\n    return list(map(lambda v: v, [t]))[0].pop()",
     "return [list(u) for u in [set(xs).union([99]), set(xs) - {1}, frozenset(xs) & {3, 1, 2}]]",
     "return [*set().union(xs)]",
+    # red-team s33: sets the rewrite did not make, read in C
+    "out = []\n    for g in map(set, [xs]):\n        out += g\n    return out",
+    "d = dict.fromkeys(xs)\n    out = []\n    out += d.keys() & d.keys()\n    return out",
+    "import collections\n    c = collections.Counter()\n    c.update(set(xs))\n"
+    "    return list(c)",
+    "import collections\n    q = collections.deque()\n    q.extendleft(set(xs))\n"
+    "    return list(q)",
+    "import itertools\n    return list(itertools.chain.from_iterable([set(xs)]))",
+    "make = set\n    return [*make(xs)]",
+    "return list(set.union(set(xs), {0}))",
 ], ids=["comprehension", "loop", "unpacking", "list", "join", "pop", "star", "f_string",
         "percent_tuple", "percent", "bytes", "augmented", "slice", "zip_starred_list",
-        "map_over_list", "dunder_iter", "pop_made", "pop_after_union", "set_operations",
-        "union_of_empty"])
-def test_every_way_of_reading_a_set_in_order_is_reversed(body):
+        "map_over_list", "dunder_iter", "pop_after_union", "set_operations",
+        "union_of_empty", "map_set", "dict_view_and", "counter_update", "deque_extendleft",
+        "from_iterable", "set_by_another_name", "union_of_the_class"])
+def test_every_way_of_reading_a_set_in_order_is_read_in_another_order(body):
     plain, turned = both(body)
     assert plain != turned, (plain, turned)
 
@@ -77,24 +87,6 @@ def test_every_way_of_reading_a_set_in_order_is_reversed(body):
 def test_what_no_sets_order_decides_answers_alike(body):
     plain, others = answers(body)
     assert all(same_answer(o, plain) for o in others), (plain, others)
-
-
-@pytest.mark.parametrize("body", [
-    # red-team s33: sets the rewrite did not make, read in C
-    "out = []\n    for g in map(set, [xs]):\n        out += g\n    return out",
-    "d = dict.fromkeys(xs)\n    out = []\n    out += d.keys() & d.keys()\n    return out",
-    "import collections\n    c = collections.Counter()\n    c.update(set(xs))\n"
-    "    return list(c)",
-    "import collections\n    q = collections.deque()\n    q.extendleft(set(xs))\n"
-    "    return list(q)",
-    "import itertools\n    return list(itertools.chain.from_iterable([set(xs)]))",
-    "make = set\n    return [*make(xs)]",
-    "return list(set.union(set(xs), {0}))",
-], ids=["map_set", "dict_view_and", "counter_update", "deque_extendleft", "from_iterable",
-        "set_by_another_name", "union_of_the_class"])
-def test_sets_made_out_of_sight_are_read_in_another_order_too(body):
-    plain, turned = both(body)
-    assert plain != turned, (plain, turned)
 
 
 @pytest.mark.parametrize("body", [
