@@ -27,14 +27,17 @@ unanswered), a task that computes a validation problem only on inputs the task d
 one that special-cases more than a fifth of the examples the problem answers (or shows fewer
 than MIN_AGREEING and special-cases one), and disguises past the mappings, the relabellings, the
 affine maps, reversals and containments of the answer (twin_rules.py), the float tolerance,
+a parameter of the problem filled with a constant its own test passes (HumanEval/44's
+change_base(x, 3) as "x in base 3", red-team s33: twin_rules' PARTIAL, by agreement only),
 and the two other views of a task (a problem mapped over a list's items, item_view; a list of
 numbers given as text, parsed_view: both admitted before, red-team s32; checked against the
 problems whose solution is more than one `return`, as the squares of a list's items are an
 honest task and no copy of HumanEval/41) (arguments nested deeper or re-encoded otherwise,
 renamed keys, an output wrapped in a dict, reduced (the sum of /9's running maxima) or
 transformed otherwise, an input shifted (HumanEval/55's fib(n + 1)), a special case combined
-with a changed answer, rounding to fewer than two decimal places, an argument of the problem
-fixed to a constant (HumanEval/44's change_base(x, 3) as "x in base 3"; red-team s33), the two
+with a changed answer, rounding to fewer than two decimal places, a parameter fixed to a
+constant the problem's test never passes (base 11), or so in fewer than MIN_DISTINCT outputs
+(/76's is_simple_power(n, 3) as "is n a power of 3"), or with its answer changed, the two
 views composed (a text of numbers, each mapped), a map over items that also passes a shared
 argument, a problem used as a filter (red-team s33)), and a
 copy beside two tasks of its chunk whose inputs stick its
@@ -85,6 +88,9 @@ class HeldOut:
     # inside the expected output (twin_rules.spots) counts only on calls of those kinds
     # (empty: on every call)
     written_for: tuple[tuple[str, ...], ...] = ()
+    # a validation problem's: the constants its own test passes (test_constants), which fill
+    # its one parameter a task does not pass (twin_rules' PARTIAL)
+    fills: tuple[tuple[int, int, str], ...] = ()
 
 
 def kinds(examples: Sequence[IOExample]) -> tuple[tuple[str, ...], ...]:
@@ -110,6 +116,26 @@ def tested_kinds(test: str) -> tuple[tuple[str, ...], ...]:
     return tuple(sorted(found))
 
 
+def test_constants(test: str) -> tuple[tuple[int, int, str], ...]:
+    """The literal arguments a HumanEval test passes its `candidate`, each read on its own, as
+    (the call's arity, position, the value pickled as TWINS reads it), each distinct one once:
+    the constants a partial application of the problem fills in (twin_rules' PARTIAL)."""
+    found = {}
+    for node in ast.walk(ast.parse(test)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "candidate" and not node.keywords) or \
+                len(node.args) < 2 or any(isinstance(a, ast.Starred) for a in node.args):
+            continue  # one argument: nothing left for a task to pass
+        for k, arg in enumerate(node.args):
+            try:
+                value = ast.literal_eval(arg)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue  # a name or an expression: not a constant of the test's
+            found.setdefault((len(node.args), k, type(value).__name__, repr(value)),
+                             _pickled(value))
+    return tuple((arity, k, blob) for (arity, k, _, _), blob in found.items())
+
+
 def known_tasks(tasks: Sequence[Task]) -> tuple[HeldOut, ...]:
     """Tasks the run knows (its archive and seeds) as the twin test checks them: a generated
     task that a known one's reference answers is that task again, however its text differs
@@ -127,7 +153,8 @@ def held_out(problems: Sequence) -> tuple[HeldOut, ...]:
     """HumanEval-shaped problems (task_id, prompt, canonical_solution, entry_point, test; the
     run passes all of evaluation.humaneval.load_problems()) as the twin test needs them."""
     return tuple(HeldOut(p.task_id, p.prompt + p.canonical_solution, p.entry_point,
-                         written_for=tested_kinds(p.test)) for p in problems)
+                         written_for=tested_kinds(p.test), fills=test_constants(p.test))
+                 for p in problems)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +191,8 @@ def twins(tasks: Sequence[Sequence[IOExample]], held_out: Sequence[HeldOut], exe
                 owner.append(t)
                 derived.append(view is not pairs)
     job = {"problems": [[h.problem_id, h.source, h.entry_point, [list(k) for k in h.kinds],
-                         [list(k) for k in h.written_for], one_line(h.source, h.entry_point)]
+                         [list(k) for k in h.written_for], one_line(h.source, h.entry_point),
+                         [list(f) for f in h.fills]]
                         for h in held_out],
            "tasks": [[[_pickled(args), _pickled(expected)] for args, expected in view]
                      for view in views],

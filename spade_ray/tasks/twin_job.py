@@ -139,21 +139,34 @@ for examples in job["tasks"]:
                   groups(calls),
                   (TASK_S * len(job["problems"]) + 1) * CALL_S * len(blobs) + ITEM_SLACK_S))
 fns, work = [], []  # work: (problem, task, mapping) in the order they are tried
-for problem_id, source, entry, own, written_for, one_line in job["problems"]:
+for problem_id, source, entry, own, written_for, one_line, fills in job["problems"]:
     try:
         fn, signature = defined(source, problem_id, entry)
     except BaseException:
         continue
     binds = {}
-    for n in {n for _, _, ms, _, _ in tasks for _, lengths in ms for n in lengths}:
+    for n in {n for _, _, ms, _, _ in tasks for _, lengths in ms for n in lengths} | \
+            {arity for arity, _, _ in fills}:
         try:
             binds[n] = signature.bind(*range(n)) is not None
         except TypeError:
             binds[n] = False
-    fns.append((problem_id, fn, {tuple(k) for k in own}, {tuple(k) for k in written_for}))
+    written_for = {tuple(k) for k in written_for}
+    fns.append((problem_id, fn, {tuple(k) for k in own}, written_for))
     work += [(len(fns) - 1, t, m) for t, (_, _, ms, _, _) in enumerate(tasks)
              if not (one_line and job["derived"][t])
              for m, lengths in ms if all(binds[n] for n in lengths)]
+    if one_line:
+        continue  # partial application (twin_rules' PARTIAL) on the tasks as they are
+    for t, (blobs, _, _, _, _) in enumerate(tasks):
+        calls = [pickle.loads(blob) for blob in blobs]
+        n = len(calls[0]) if calls else 0
+        if job["derived"][t] or not n or any(len(args) != n for args in calls):
+            continue
+        work += [(len(fns) - 1, t, m) for arity, k, blob in fills if arity == n + 1 and binds[arity]
+                 for order in orders(n) if len(order) == n
+                 for m in [(False, order, k, base64.b64decode(blob))]
+                 if any(fits(mapped(args, m), written_for) for args in calls)]
 
 
 def child(start, write):
@@ -162,8 +175,10 @@ def child(start, write):
         if t not in found and p not in dropped:
             blobs, expected, _, flags, _ = tasks[t]
             began = time.monotonic()
+            partial = len(m) > 2  # a constant filled in: on calls of the test's kinds only
             hit, took = twin(fns[p][1], blobs, expected, m, flags,
-                             RAISE_S - raised.get((p, t), 0.0), fns[p][2], fns[p][3])
+                             RAISE_S - raised.get((p, t), 0.0),
+                             fns[p][3] if partial else fns[p][2], fns[p][3], partial)
             raised[p, t] = raised.get((p, t), 0.0) + took
             if hit:
                 found[t] = fns[p][0]

@@ -63,6 +63,19 @@ MAX_PERMUTED = 3  # 12 mappings for 3 arguments (6 orders, 3 x 2 with one droppe
 # by up to 5e-4 of it, within REL_TOL. A looser bound lets unrelated small floats agree.
 REL_TOL = 1e-3
 ABS_TOL = 1e-2
+# Partial application (red-team s33, each admitted before): HumanEval/44's change_base(x, 3)
+# as "x in base 3", /49's modp(n, 101) as "2^n mod 101". So a validation problem with one
+# parameter more than a task's calls pass is called with that parameter filled, at its place,
+# by each constant its own test passes there (decontamination.test_constants), the task's
+# arguments in every order, on the calls of the kinds its test passes. Such an item is a twin
+# by agreement alone (all, or nearly all as above), and only in MIN_DISTINCT outputs or more,
+# all agreeing too, against problems of more than one `return` (decontamination.one_line): with
+# the relabelling and the affine rule, /53's add(x, 1), /45's triangle_area(x, h) and /67's
+# n minus a constant made every task linear in one number a twin, and gcd(n, 2) every parity
+# test; is_simple_power(n, 2) agreed with the seed is_power_of_two in two values (s33's
+# offline probe, /work/notes/s33/partial: none of the 45 seeds, as shipped and augmented, and
+# none of 6 generated tasks so; both red-team copies caught). A bool-valued copy ("is n a
+# power of 3", /76 with n = 3) and a constant the test never passes (base 11) are missed.
 
 
 def kind(value):
@@ -125,12 +138,17 @@ SEPARATORS = "|,;:/ \t-_#"
 
 
 def mapped(args, mapping):
-    unpack, order = mapping
+    unpack, order, *fill = mapping
     if isinstance(unpack, str):
         args = tuple(args[0].split(unpack))
     elif unpack:
         args = tuple(args[0])
-    return args if order is None else tuple(args[j] for j in order)
+    args = args if order is None else tuple(args[j] for j in order)
+    if fill:  # a partial application: the problem's own test constant at one position, a
+        # fresh copy a call (a problem may change its argument)
+        k, blob = fill
+        args = args[:k] + (pickle.loads(blob),) + args[k:]
+    return args
 
 
 def orders(n, keep=True):
@@ -299,11 +317,16 @@ def holds(spot, value, shown, wanted):
     return bool(text) and text != wanted and k >= 0 and wanted.startswith(text, k)
 
 
-def twin(fn, blobs, expected, mapping, flags, allowed=float("inf"), kinds=(), written_for=()):
+def twin(fn, blobs, expected, mapping, flags, allowed=float("inf"), kinds=(), written_for=(),
+         partial=False):
     """Whether fn is the task under the mapping, and the seconds its unanswered calls took; it
     is no twin once they take more than `allowed`. Calls not of `kinds` are not answered;
-    those not of `written_for` do not count for the containment rule."""
-    whole, raising = Evidence(len(blobs)), 0.0
+    those not of `written_for` do not count for the containment rule. A `partial` mapping (a
+    constant filled in) is a twin only by agreeing, on all or nearly all, in MIN_DISTINCT
+    outputs or more, and on no flag (PARTIAL)."""
+    whole, raising = Evidence(len(blobs), exact=partial), 0.0
+    if partial:
+        flags = ()
     parts = {}  # (flag, value): the evidence of the examples with that value
     for j, values in enumerate(flags):
         for v in set(values):
@@ -336,9 +359,10 @@ def twin(fn, blobs, expected, mapping, flags, allowed=float("inf"), kinds=(), wr
                 parts[j, values[i]].add(key, result, wanted)
         if whole.dead(i) and all(p.agreed < p.answered for p in parts.values()):
             return False, raising  # no twin whatever the rest give
-    return whole.twin() or any(p.agreed == p.answered >= MIN_AGREEING and
-                               p.answered >= TWIN_FRACTION * p.count - 1e-9 and
-                               len(p.outputs) >= MIN_DISTINCT for p in parts.values()), raising
+    return whole.twin() and (not partial or len(whole.outputs) >= MIN_DISTINCT) or \
+        any(p.agreed == p.answered >= MIN_AGREEING and
+            p.answered >= TWIN_FRACTION * p.count - 1e-9 and
+            len(p.outputs) >= MIN_DISTINCT for p in parts.values()), raising
 ''').replace("TWIN_FRACTION", repr(TWIN_FRACTION)) \
     .replace("MIN_AGREEING", repr(MIN_AGREEING)).replace("MIN_DISTINCT", repr(MIN_DISTINCT)) \
     .replace("MAX_PERMUTED", repr(MAX_PERMUTED)).replace("MAX_LABELS", repr(MAX_LABELS)) \

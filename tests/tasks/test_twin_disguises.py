@@ -272,3 +272,33 @@ def test_a_validation_problem_mapped_over_a_list_or_given_as_text_is_a_twin(sand
     name = body[start:body.index("(", start)]
     copy = proposal(body, calls(name, args))
     assert reason(sandbox, copy, (problem(problem_id),)) == f"validation_twin:{problem_id}"
+
+
+CHANGE_BASE = ("def {name}(x: int{param}) -> str:\n{fixed}    ret = ''\n    while x > 0:\n"
+               "        ret = str(x % base) + ret\n        x //= base\n    return ret\n")  # /44's
+MODP = ("def {name}(n: int{param}) -> int:\n{fixed}    ret = 1\n    for i in range(n):\n"
+        "        ret = (2 * ret) % p\n    return ret\n")  # HumanEval/49's
+
+
+@pytest.mark.parametrize("body, args, problem_id", [
+    (CHANGE_BASE.format(name="ternary", param="", fixed="    base = 3\n"),
+     [(n,) for n in (8, 7, 100, 45, 19, 26, 81, 1000)], "HumanEval/44"),
+    (MODP.format(name="pow2_mod", param="", fixed="    p = 101\n"),
+     [(n,) for n in (3, 1101, 0, 100, 37, 64, 250, 7)], "HumanEval/49"),
+], ids=["base_3", "mod_101"])
+def test_a_validation_problem_with_a_parameter_fixed_to_its_tests_constant_is_a_twin(
+        sandbox, body, args, problem_id):
+    """Red-team s33: both were admitted (twin_rules' PARTIAL)."""
+    copy = proposal(body, calls(body[4:body.index("(")], args))
+    assert reason(sandbox, copy, (problem(problem_id),)) == f"validation_twin:{problem_id}"
+
+
+def test_a_task_agreeing_with_a_partial_problem_in_few_outputs_is_no_twin(sandbox):
+    """Filled in with its test's 2 or 4, is_simple_power(n, k) (HumanEval/76) is an honest
+    'is n a power of two' or 'of four', in two values: a partial item is a twin by agreement
+    alone, in MIN_DISTINCT outputs or more (twin_rules' PARTIAL)."""
+    for name, base in (("is_power_of_two", 2), ("is_power_of_four", 4)):
+        task = proposal(f"def {name}(n: int) -> bool:\n    k = 1\n    while k < n:\n"
+                        f"        k *= {base}\n    return k == n\n",
+                        calls(name, [(n,) for n in (1, 2, 3, 16, 18, 64, 100, 256)]))
+        assert reason(sandbox, task, (problem("HumanEval/76"),)) == ""
