@@ -24,7 +24,8 @@ for a guess. The default is `band` because the project's target is the zone of p
 development (a pass rate of 30-70%): it peaks at p = 0.5 and is symmetric, where `azr` peaks at
 the hardest solvable task and so pushes difficulty up until the solver fails (with K = 4 it pays
 0.75 for p = 0.25, and
-0.25 for p = 0.75). Configurable: `loop.generator_reward`.
+0.25 for p = 0.75). Configurable: `+loop.generator_reward=azr` (the composed config does not
+hold the key).
 
 Pairs: for one prompt, every output with a higher reward is preferred to every output with a
 lower one (the prompt's outputs are its n samples). Groups (GRPO): the prompt's outputs with
