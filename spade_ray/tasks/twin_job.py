@@ -138,6 +138,12 @@ for examples in job["tasks"]:
                   [(m, {len(mapped(args, m)) for args in calls}) for m in mappings(calls)],
                   groups(calls),
                   (TASK_S * len(job["problems"]) + 1) * CALL_S * len(blobs) + ITEM_SLACK_S))
+# per task as it is (not a view) whose calls all pass n arguments, n >= 1: those calls (the
+# partial items' calls, twin_rules' PARTIAL)
+plain = [calls if not derived and calls and len({len(args) for args in calls}) == 1
+         and calls[0] else None
+         for calls, derived in zip(([pickle.loads(blob) for blob in blobs]
+                                    for blobs, _, _, _, _ in tasks), job["derived"])]
 fns, work = [], []  # work: (problem, task, mapping) in the order they are tried
 for problem_id, source, entry, own, written_for, one_line, fills in job["problems"]:
     try:
@@ -157,16 +163,13 @@ for problem_id, source, entry, own, written_for, one_line, fills in job["problem
              if not (one_line and job["derived"][t])
              for m, lengths in ms if all(binds[n] for n in lengths)]
     if one_line:
-        continue  # partial application (twin_rules' PARTIAL) on the tasks as they are
-    for t, (blobs, _, _, _, _) in enumerate(tasks):
-        calls = [pickle.loads(blob) for blob in blobs]
-        n = len(calls[0]) if calls else 0
-        if job["derived"][t] or not n or any(len(args) != n for args in calls):
-            continue
-        work += [(len(fns) - 1, t, m) for arity, k, blob in fills if arity == n + 1 and binds[arity]
-                 for order in orders(n) if len(order) == n
-                 for m in [(False, order, k, base64.b64decode(blob))]
-                 if any(fits(mapped(args, m), written_for) for args in calls)]
+        continue  # no partial items (twin_rules' PARTIAL)
+    fills = [(arity, k, base64.b64decode(blob)) for arity, k, blob in fills if binds[arity]]
+    work += [(len(fns) - 1, t, m) for t, calls in enumerate(plain) if calls
+             for arity, k, blob in fills if arity == len(calls[0]) + 1
+             for order in orders(arity - 1) if len(order) == arity - 1
+             for m in [(False, order, k, blob)]
+             if any(fits(mapped(args, m), written_for) for args in calls)]
 
 
 def child(start, write):
