@@ -97,14 +97,17 @@ PASSES = 2  # over the inputs, in each interpreter
 # child also answers its input with the reference rewritten (tasks/reorder.py) to read every set
 # in another order, twice: reversed, and shuffled by a salt of its own. Every set it makes, gets
 # or is given iterates so wherever Python iterates it (in C too: `bytes(s)`, `out += s`, `"%s" %
-# s`), and any other set is turned where the syntax reads it in order. An answer that is not
+# s`), a set C made (a dict view's `&`, `operator.and_`) is turned where it comes out, and any
+# other is turned where the syntax reads it in order. An answer that is not
 # the same as the first, compared as the grader compares (2 is not 2.0; a dict built in another
 # order is the same answer), rejects the task (SET_ORDER): its reference reads a set in an order
 # that matters, and on another input both orders can keep the answer by chance. What it misses:
-# a set that C code made on its own (a dict view's `&`) read in order only in C, away from those
-# places, and a reference whose every input keeps its answer in both orders. Cost, paired on the
-# seed pool (90 jobs each): +3% of sandbox CPU per job for the reversed order (103 -> 106 ms),
-# +1.6% more for the shuffled one (98.0 -> 99.6 ms); +4.5% on the fib for one order.
+# a set C code makes and reads in one call (none of the allowed modules' functions returns an
+# order of a set it made) and a reference whose every input keeps its answer in both orders.
+# Cost, paired on the seed pool (90 jobs each): +3% of sandbox CPU per job for the reversed
+# order (103 -> 106 ms), +1.6% more for the shuffled one (98.0 -> 99.6 ms), +3.5% more for
+# turning every call's and set operator's result (157 -> 163 ms, beside other jobs); +4.5% on
+# the fib for one order.
 RAISED = 1
 RAISED_RECURSION_LIMIT = 10_000
 ARTEFACT = "Artefact"  # the exception name a dropped input's answer reads as: a limit

@@ -11,10 +11,13 @@ Every set the reference gets iterates in the order: its `set` and `frozenset` ar
 and TurnedFrozenset (names(); to isinstance still set and frozenset), a set literal or
 comprehension is made one, so is every set in its input (`turned`), and set operations, copy
 and pop keep to it. Python iterates them in that order wherever it iterates them, in C too
-(`bytes(s)`, `out += s`, `"%s" % s`, `map(set, ...)`). A set that C code makes on its own (a
-dict view's `&`) is turned where the reference reads it in order: a loop, a comprehension, an
-unpacking, a slice or augmented assignment, a starred argument, an f-string, `pop()`, an
-argument of a call that reads its items in order (ORDERING_CALLS), a `%` format's operand.
+(`bytes(s)`, `out += s`, `"%s" % s`, `map(set, ...)`). A set that C code makes on its own is
+turned where it comes out: the result of a set operator (a dict view's `&`) and of every call
+(`operator.and_`, `reduce(operator.or_, views)`); red-team s34 read such sets through
+`heapq.nsmallest`, `heapq.merge` and `itertools.tee`, consumers no list of readers named. And
+where the reference reads an iterable in order: a loop, a comprehension, an unpacking, a slice
+or augmented assignment, a starred argument, an f-string, `pop()`, an argument of a call that
+reads its items in order (ORDERING_CALLS), a `%` format's operand.
 
 The answers are compared as the grader compares them (`same_answer`: exact types, 2 is not
 2.0; a dict's order is no answer).
@@ -36,6 +39,8 @@ ORDERING_CALLS = {"list", "tuple", "enumerate", "zip", "map", "filter", "iter", 
                   "dropwhile", "pairwise", "fsum", "prod", "mode", "multimode", "str", "repr",
                   "format", "bytes", "bytearray", "array", "update", "extendleft",
                   "from_iterable"}
+# Set operators: a dict view's (or an items view's) result is a plain set, made by C
+SET_OPERATORS = (ast.BitAnd, ast.BitOr, ast.BitXor, ast.Sub)
 SALT = int.from_bytes(os.urandom(8), "big")
 
 
@@ -109,8 +114,9 @@ PLAIN = {type(None), bool, int, float, complex, str, bytes, list, tuple, dict, s
 
 
 class Reorder(ast.NodeTransformer):
-    """Wraps every set literal and comprehension, and every place the reference reads an
-    iterable in order, in `_spade_reordered(...)`; `s.pop()` becomes `_spade_pop(s)`."""
+    """Wraps every set literal and comprehension, every set operator's and every call's result,
+    and every place the reference reads an iterable in order, in `_spade_reordered(...)`;
+    `s.pop()` becomes `_spade_pop(s)`."""
 
     def wrap(self, node):
         return ast.Call(ast.Name("_spade_reordered", ast.Load()), [node], [])
@@ -155,6 +161,8 @@ class Reorder(ast.NodeTransformer):
                                    for e in node.right.elts]
             else:
                 node.right = self.wrap(node.right)
+        elif isinstance(node.op, SET_OPERATORS):  # `d.keys() & e.keys()`: a set C made
+            return self.wrap(node)
         return node
 
     def visit_Assign(self, node):
@@ -173,7 +181,7 @@ class Reorder(ast.NodeTransformer):
             return ast.Call(ast.Name("_spade_pop", ast.Load()), [f.value], [])
         if name in ORDERING_CALLS:
             node.args = [a if isinstance(a, ast.Starred) else self.wrap(a) for a in node.args]
-        return node
+        return self.wrap(node)  # its result: a set C made (`operator.and_`, `reduce`)
 
 
 def reordered(value):

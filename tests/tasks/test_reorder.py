@@ -61,11 +61,23 @@ def both(body: str) -> tuple[object, object]:
     "import itertools\n    return list(itertools.chain.from_iterable([set(xs)]))",
     "make = set\n    return [*make(xs)]",
     "return list(set.union(set(xs), {0}))",
+    # red-team s34: a set C made (a view's operator, operator.and_, reduce), read in C by a
+    # consumer no list names
+    "import heapq\n    d = dict.fromkeys(xs, 1)\n"
+    "    return heapq.nsmallest(1, d.keys() - {0}, key=d.get)",
+    "import heapq\n    d = dict.fromkeys(xs)\n    return list(heapq.merge(d.keys() & d.keys()))",
+    "import itertools\n    d = dict.fromkeys(xs)\n"
+    "    return list(itertools.tee(d.keys() | {0})[0])",
+    "import heapq, operator\n    d = dict.fromkeys(xs)\n"
+    "    return list(heapq.merge(operator.and_(d.keys(), d.keys())))",
+    "import functools, heapq, operator\n    d = dict.fromkeys(xs)\n"
+    "    return list(heapq.merge(functools.reduce(operator.or_, [d.keys(), {0}])))",
 ], ids=["comprehension", "loop", "unpacking", "list", "join", "pop", "star", "f_string",
         "percent_tuple", "percent", "bytes", "augmented", "slice", "zip_starred_list",
         "map_over_list", "dunder_iter", "pop_after_union", "set_operations",
         "union_of_empty", "map_set", "dict_view_and", "counter_update", "deque_extendleft",
-        "from_iterable", "set_by_another_name", "union_of_the_class"])
+        "from_iterable", "set_by_another_name", "union_of_the_class", "view_nsmallest",
+        "view_merge", "view_tee", "operator_and", "reduce_or"])
 def test_every_way_of_reading_a_set_in_order_is_read_in_another_order(body):
     plain, turned = both(body)
     assert plain != turned, (plain, turned)
