@@ -54,30 +54,37 @@ def missing_imports(tree: ast.Module) -> list[str]:
 
 
 def free_names(tree: ast.Module) -> list[str]:
-    """The names `tree` loads and binds nowhere (no assignment, parameter, def, import, loop,
-    comprehension, except or match target; a star import of an allowed module binds its public
-    names), builtins aside, each once, in order of first use."""
-    bound = set(dir(builtins))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            bound.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
-            if isinstance(node, ast.ImportFrom) and node.module and \
-                    node.module.split(".")[0] in ALLOWED_IMPORTS and \
-                    any(a.name == "*" for a in node.names):
-                bound |= _public_names(node.module)
-        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            bound.add(node.rest)
+    """The names `tree` loads and binds nowhere (bindings()), builtins aside, each once, in
+    order of first use."""
+    bound = set(dir(builtins)) | set(bindings(tree))
     loaded = (n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
               and isinstance(n.ctx, ast.Load))
     return [name for name in dict.fromkeys(loaded) if name not in bound]
+
+
+def bindings(tree: ast.Module) -> list[str]:
+    """Every name `tree` binds, once per place that binds it: an assignment, parameter, def,
+    import, loop, comprehension, except or match target; a star import of an allowed module
+    binds its public names."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            out.append(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.append(node.name)
+        elif isinstance(node, ast.arg):
+            out.append(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out += [(a.asname or a.name).split(".")[0] for a in node.names]
+            if isinstance(node, ast.ImportFrom) and node.module and \
+                    node.module.split(".")[0] in ALLOWED_IMPORTS and \
+                    any(a.name == "*" for a in node.names):
+                out += _public_names(node.module)
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            out.append(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            out.append(node.rest)
+    return out
 
 
 @functools.cache

@@ -48,12 +48,13 @@ only a type (a string annotation is text the prompt shows).
 from __future__ import annotations
 
 import ast
+import collections
 import functools
 import importlib
 import re
 import types
 
-from spade_ray.tasks.imports import ALLOWED_IMPORTS, free_names
+from spade_ray.tasks.imports import ALLOWED_IMPORTS, bindings, free_names
 
 # and the classes above them that a handler could name instead (RecursionError is a
 # RuntimeError, OverflowError an ArithmeticError); `except Exception` and a bare `except` stay
@@ -68,6 +69,7 @@ FORBIDDEN_NAMES = frozenset({
     "delattr", "getattr", "attrgetter", "methodcaller", "Formatter", "get_field", "get_value",
     "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod", "update_wrapper",
     "wraps"}) | LIMIT_ERRORS
+IDENTITY_FUNCTIONS = frozenset({"is_", "is_not"})  # operator's `is` and `is not`
 # the classes a match statement's class pattern may name: plain data, no __match_args__ to set
 MATCHABLE = frozenset({"int", "float", "complex", "str", "bytes", "bytearray", "bool", "list",
                        "tuple", "dict", "set", "frozenset"})
@@ -241,10 +243,17 @@ def _forbidden(node: ast.AST) -> str | None:
 def _identity_of_values(tree: ast.Module) -> bool:
     """Whether the program compares by identity (`is`, `is not`) where neither side is one of
     a kind: None, True, False, ..., a type (`type(x) is int`) or a sentinel, a name the module
-    binds to a new `object()` (not `BIG = 300` or `BIG = int('300')`, which `is` would tell
-    from an equal int made at run time)."""
+    binds to a new `object()` and nowhere else (not `BIG = 300` or `BIG = int('300')`, which
+    `is` would tell from an equal int made at run time, nor a function's own `MISSING =
+    xs[i]` under a module's `MISSING = object()`: red-team s34); or names operator's `is_` or
+    `is_not`, which compare so wherever they are called (`map(operator.is_, xs, xs[1:])`,
+    s34)."""
+    if any(isinstance(n, ast.Attribute) and n.attr in IDENTITY_FUNCTIONS or
+           isinstance(n, ast.alias) and n.name in IDENTITY_FUNCTIONS for n in ast.walk(tree)):
+        return True
+    once = collections.Counter(bindings(tree))
     bound = {t.id for n in tree.body if isinstance(n, ast.Assign) and _new_object(n.value)
-             for t in n.targets if isinstance(t, ast.Name)}
+             for t in n.targets if isinstance(t, ast.Name) and once[t.id] == 1}
     return any(isinstance(op, (ast.Is, ast.IsNot)) and not (_one_of_a_kind(left, bound)
                                                             or _one_of_a_kind(right, bound))
                for node in ast.walk(tree) if isinstance(node, ast.Compare)

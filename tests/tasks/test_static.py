@@ -204,3 +204,16 @@ def test_values_are_not_compared_by_identity(test, reason):
     reference = "MISSING = object()\nBIG = 300\nBIG2 = int('300')\n\n" \
         f"def f(xs: list, a: int, b: int, i: int) -> bool:\n    return {test}\n"
     assert static_reason(reference) == reason
+
+
+@pytest.mark.parametrize("body", [
+    "import operator\n    return sum(map(operator.is_, xs, xs[1:]))",
+    "from operator import is_not\n    return sum(map(is_not, xs, xs[1:]))",
+    "MISSING = xs[0]\n    return xs[1] is MISSING",
+    "for MISSING in xs[:1]:\n        return xs[1] is MISSING",
+])
+def test_identity_by_another_spelling_is_refused(body):
+    """Red-team s34: operator's `is_` mapped over the values, and a function's own name
+    shadowing the module's sentinel, compared values by identity and were admitted."""
+    reference = f"MISSING = object()\n\n\ndef f(xs: list) -> int:\n    {body}\n"
+    assert static_reason(reference) == "forbidden:is"
