@@ -245,15 +245,17 @@ def _identity_of_values(tree: ast.Module) -> bool:
     a kind: None, True, False, ..., a type (`type(x) is int`) or a sentinel, a name the module
     binds to a new `object()` and nowhere else (not `BIG = 300` or `BIG = int('300')`, which
     `is` would tell from an equal int made at run time, nor a function's own `MISSING =
-    xs[i]` under a module's `MISSING = object()`: red-team s34); or names operator's `is_` or
-    `is_not`, which compare so wherever they are called (`map(operator.is_, xs, xs[1:])`,
-    s34)."""
+    xs[i]` under a module's `MISSING = object()`, nor `bytes` as a loop's name: red-team
+    s34); or names operator's `is_` or `is_not`, which compare so wherever they are called
+    (`map(operator.is_, xs, xs[1:])`, s34)."""
     if any(isinstance(n, ast.Attribute) and n.attr in IDENTITY_FUNCTIONS or
+           isinstance(n, ast.Name) and n.id in IDENTITY_FUNCTIONS or
            isinstance(n, ast.alias) and n.name in IDENTITY_FUNCTIONS for n in ast.walk(tree)):
-        return True
+        return True  # `from operator import *` binds is_ too (s34)
     once = collections.Counter(bindings(tree))
     bound = {t.id for n in tree.body if isinstance(n, ast.Assign) and _new_object(n.value)
-             for t in n.targets if isinstance(t, ast.Name) and once[t.id] == 1}
+             for t in n.targets if isinstance(t, ast.Name) and once[t.id] == 1} | \
+        (TYPE_NAMES - once.keys())  # a type's name the program binds to a value is a value
     return any(isinstance(op, (ast.Is, ast.IsNot)) and not (_one_of_a_kind(left, bound)
                                                             or _one_of_a_kind(right, bound))
                for node in ast.walk(tree) if isinstance(node, ast.Compare)
@@ -270,7 +272,7 @@ def _one_of_a_kind(node: ast.expr, bound: set[str]) -> bool:
     if isinstance(node, ast.Constant):
         return any(node.value is v for v in (None, True, False, Ellipsis))
     if isinstance(node, ast.Name):
-        return node.id in bound or node.id in TYPE_NAMES
+        return node.id in bound
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
         node.func.id == "type" and len(node.args) == 1
 

@@ -211,9 +211,12 @@ def test_values_are_not_compared_by_identity(test, reason):
     "from operator import is_not\n    return sum(map(is_not, xs, xs[1:]))",
     "MISSING = xs[0]\n    return xs[1] is MISSING",
     "for MISSING in xs[:1]:\n        return xs[1] is MISSING",
+    "from operator import *\n    return sum(map(is_, xs, xs[1:]))",
+    "n = 0\n    for bytes in xs[1:]:\n        n += bytes is xs[0]\n    return n",
 ])
 def test_identity_by_another_spelling_is_refused(body):
-    """Red-team s34: operator's `is_` mapped over the values, and a function's own name
-    shadowing the module's sentinel, compared values by identity and were admitted."""
+    """Red-team s34: operator's `is_` mapped over the values (named, or from a star import),
+    a function's own name shadowing the module's sentinel, and a type's name bound to a value
+    compared values by identity and were admitted."""
     reference = f"MISSING = object()\n\n\ndef f(xs: list) -> int:\n    {body}\n"
     assert static_reason(reference) == "forbidden:is"
