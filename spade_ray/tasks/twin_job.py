@@ -138,12 +138,10 @@ for examples in job["tasks"]:
                   [(m, {len(mapped(args, m)) for args in calls}) for m in mappings(calls)],
                   groups(calls),
                   (TASK_S * len(job["problems"]) + 1) * CALL_S * len(blobs) + ITEM_SLACK_S))
-# per task as it is (not a view) whose calls all pass n arguments, n >= 1: those calls (the
-# partial items' calls, twin_rules' PARTIAL)
-plain = [calls if not derived and calls and len({len(args) for args in calls}) == 1
-         and calls[0] else None
-         for calls, derived in zip(([pickle.loads(blob) for blob in blobs]
-                                    for blobs, _, _, _, _ in tasks), job["derived"])]
+# per task (or view: a partial application mapped over a list was admitted, red-team s34) whose
+# calls all pass n arguments, n >= 1: those calls (the partial items', twin_rules' PARTIAL)
+plain = [calls if calls and len({len(args) for args in calls}) == 1 and calls[0] else None
+         for calls in ([pickle.loads(blob) for blob in blobs] for blobs, _, _, _, _ in tasks)]
 fns, work = [], []  # work: (problem, task, mapping) in the order they are tried
 for problem_id, source, entry, own, written_for, one_line, fills in job["problems"]:
     try:
@@ -152,7 +150,7 @@ for problem_id, source, entry, own, written_for, one_line, fills in job["problem
         continue
     binds = {}
     for n in {n for _, _, ms, _, _ in tasks for _, lengths in ms for n in lengths} | \
-            {arity for arity, _, _ in fills}:
+            {arity for arity, _ in fills}:
         try:
             binds[n] = signature.bind(*range(n)) is not None
         except TypeError:
@@ -164,11 +162,12 @@ for problem_id, source, entry, own, written_for, one_line, fills in job["problem
              for m, lengths in ms if all(binds[n] for n in lengths)]
     if one_line:
         continue  # no partial items (twin_rules' PARTIAL)
-    fills = [(arity, k, base64.b64decode(blob)) for arity, k, blob in fills if binds[arity]]
+    fills = [(arity, tuple((k, base64.b64decode(blob)) for k, blob in filled))
+             for arity, filled in fills if binds[arity]]
     work += [(len(fns) - 1, t, m) for t, calls in enumerate(plain) if calls
-             for arity, k, blob in fills if arity == len(calls[0]) + 1
-             for order in orders(arity - 1) if len(order) == arity - 1
-             for m in [(False, order, k, blob)]
+             for arity, filled in fills if arity == len(calls[0]) + len(filled)
+             for order in orders(len(calls[0])) if len(order) == len(calls[0])
+             for m in [(False, order, filled)]
              if any(fits(mapped(args, m), written_for) for args in calls)]
 
 

@@ -66,16 +66,21 @@ ABS_TOL = 1e-2
 # Partial application (red-team s33, each admitted before): HumanEval/44's change_base(x, 3)
 # as "x in base 3", /49's modp(n, 101) as "2^n mod 101". So a validation problem with one
 # parameter more than a task's calls pass is called with that parameter filled, at its place,
-# by each constant its own test passes there (decontamination.test_constants), the task's
-# arguments in every order, on the calls of the kinds its test passes. Such an item is a twin
-# by agreement alone (all, or nearly all as above), and only in MIN_DISTINCT outputs or more,
-# all agreeing too, against problems of more than one `return` (decontamination.one_line): with
-# the relabelling and the affine rule, /53's add(x, 1), /45's triangle_area(x, h) and /67's
-# n minus a constant made every task linear in one number a twin, and gcd(n, 2) every parity
+# by each constant its own test passes there, and the ints 0 to 10 where it passes ints
+# (decontamination.test_constants: /44's test passes its bases 3 to 8 in a loop, s34); one
+# with two more, by two its test passes together (/71's triangle_area(a, 4, 5), s34); the
+# task's arguments in every order, on the calls of the kinds its test passes, on the task and
+# its views (item by item, numbers in a text: s34 mapped "x in base 3" over a list). Such an
+# item is a twin by agreement alone (all, or nearly all as above), and only in MIN_DISTINCT
+# outputs or more, all agreeing too, or by its answer backwards (change_base(x, 2)[::-1]:
+# s34), against problems of more than one `return` (decontamination.one_line): with the
+# relabelling and the affine rule, /53's add(x, 1), /45's triangle_area(x, h) and /67's n
+# minus a constant made every task linear in one number a twin, and gcd(n, 2) every parity
 # test; is_simple_power(n, 2) agreed with the seed is_power_of_two in two values (s33's
 # offline probe, /work/notes/s33/partial: none of the 45 seeds, as shipped and augmented, and
-# none of 6 generated tasks so; both red-team copies caught). A bool-valued copy ("is n a
-# power of 3", /76 with n = 3) and a constant the test never passes (base 11) are missed.
+# none of 6 generated tasks so; both red-team copies caught). Missed: a bool-valued copy ("is n
+# a power of 3", /76 with n = 3), a constant outside those (base 11), and the answer changed
+# otherwise (`modp(n, 101) + 1`).
 
 
 def kind(value):
@@ -144,9 +149,9 @@ def mapped(args, mapping):
     elif unpack:
         args = tuple(args[0])
     args = args if order is None else tuple(args[j] for j in order)
-    if fill:  # a partial application: the problem's own test constant at one position, a
-        # fresh copy a call (a problem may change its argument)
-        k, blob = fill
+    for k, blob in fill[0] if fill else ():  # a partial application: the problem's own
+        # test constants at their positions (ascending), a fresh copy a call (a problem may
+        # change its argument)
         args = args[:k] + (pickle.loads(blob),) + args[k:]
     return args
 
@@ -197,11 +202,14 @@ def groups(calls):
 class Evidence:
     """What the answered examples of one item say, rule by rule (twin_job's figures)."""
 
-    def __init__(self, count, exact=False):
+    def __init__(self, count, exact=False, partial=False):
+        """exact: agreement alone; partial: agreement in MIN_DISTINCT outputs, or the answer
+        backwards (PARTIAL)."""
         self.count, self.agreed, self.answered, self.counted = count, 0, 0, 0
         self.outputs, self.results = set(), set()  # agreeing outputs; results counted
-        self.relabelled, self.seen = ({} if count >= MIN_AGREEING and not exact else None), {}
-        self.line, self.points = not exact, []  # expected = a * result + b, a != 0
+        self.relabelled = {} if count >= MIN_AGREEING and not (exact or partial) else None
+        self.seen, self.partial = {}, partial
+        self.line, self.points = not (exact or partial), []  # expected = a * result + b, a != 0
         self.spots = set() if exact else None  # where the result sits in each expected value
 
     def add(self, key, result, wanted, args=(), contained=True):
@@ -230,7 +238,9 @@ class Evidence:
         if not contained:
             self.spots = set()
         elif self.spots is None:
-            self.spots = set(itertools.islice(spots(value, shown, wanted), 2 * MAX_PACK))
+            self.spots = {spot for spot in itertools.islice(spots(value, shown, wanted),
+                                                            2 * MAX_PACK)
+                          if not self.partial or spot[0] == "reversed"}
         elif self.spots:
             self.spots = {spot for spot in self.spots if holds(spot, value, shown, wanted)}
 
@@ -264,7 +274,8 @@ class Evidence:
         # examples: is_simple_power (HumanEval/76) answered a bisect_right task's 9 of 12 (it
         # raised on the rest), True exactly where the expected index was 1, and 0 where False
         most = n >= TWIN_FRACTION * self.count - 1e-9
-        return self.agreed == self.count or \
+        return self.agreed == self.count and (not self.partial or
+                                              len(self.outputs) >= MIN_DISTINCT) or \
             (self.agreed >= MIN_AGREEING and len(self.outputs) >= MIN_DISTINCT and
              self.agreed >= TWIN_FRACTION * n - 1e-9) or most and (
                 self.relabelled is not None and len(self.relabelled) >= 2 and
@@ -323,8 +334,8 @@ def twin(fn, blobs, expected, mapping, flags, allowed=float("inf"), kinds=(), wr
     is no twin once they take more than `allowed`. Calls not of `kinds` are not answered;
     those not of `written_for` do not count for the containment rule. A `partial` mapping (a
     constant filled in) is a twin only by agreeing, on all or nearly all, in MIN_DISTINCT
-    outputs or more, and on no flag (PARTIAL)."""
-    whole, raising = Evidence(len(blobs), exact=partial), 0.0
+    outputs or more, or by answering backwards, and on no flag (PARTIAL)."""
+    whole, raising = Evidence(len(blobs), partial=partial), 0.0
     if partial:
         flags = ()
     parts = {}  # (flag, value): the evidence of the examples with that value
@@ -359,10 +370,9 @@ def twin(fn, blobs, expected, mapping, flags, allowed=float("inf"), kinds=(), wr
                 parts[j, values[i]].add(key, result, wanted)
         if whole.dead(i) and all(p.agreed < p.answered for p in parts.values()):
             return False, raising  # no twin whatever the rest give
-    return whole.twin() and (not partial or len(whole.outputs) >= MIN_DISTINCT) or \
-        any(p.agreed == p.answered >= MIN_AGREEING and
-            p.answered >= TWIN_FRACTION * p.count - 1e-9 and
-            len(p.outputs) >= MIN_DISTINCT for p in parts.values()), raising
+    return whole.twin() or any(p.agreed == p.answered >= MIN_AGREEING and
+                               p.answered >= TWIN_FRACTION * p.count - 1e-9 and
+                               len(p.outputs) >= MIN_DISTINCT for p in parts.values()), raising
 ''').replace("TWIN_FRACTION", repr(TWIN_FRACTION)) \
     .replace("MIN_AGREEING", repr(MIN_AGREEING)).replace("MIN_DISTINCT", repr(MIN_DISTINCT)) \
     .replace("MAX_PERMUTED", repr(MAX_PERMUTED)).replace("MAX_LABELS", repr(MAX_LABELS)) \

@@ -285,11 +285,27 @@ MODP = ("def {name}(n: int{param}) -> int:\n{fixed}    ret = 1\n    for i in ran
      [(n,) for n in (8, 7, 100, 45, 19, 26, 81, 1000)], "HumanEval/44"),
     (MODP.format(name="pow2_mod", param="", fixed="    p = 101\n"),
      [(n,) for n in (3, 1101, 0, 100, 37, 64, 250, 7)], "HumanEval/49"),
-], ids=["base_3", "mod_101"])
+    (CHANGE_BASE.format(name="quinary", param="", fixed="    base = 5\n"),
+     [(n,) for n in (8, 7, 100, 45, 19, 26, 81, 1000)], "HumanEval/44"),
+    (CHANGE_BASE.format(name="bits_lsb", param="", fixed="    base = 2\n")
+     .replace("return ret", "return ret[::-1]"),
+     [(n,) for n in (8, 7, 100, 45, 19, 26, 81, 1000)], "HumanEval/44"),
+    (CHANGE_BASE.format(name="_t", param="", fixed="    base = 3\n")
+     + "\n\ndef ternaries(xs: list) -> list:\n    return [_t(x) for x in xs]\n",
+     [([8, 7],), ([100, 45, 19],), ([26],), ([81, 1000, 5],), ([12, 64],), ([33, 2],)],
+     "HumanEval/44"),
+    ("def area45(a: int) -> float:\n    b, c = 4, 5\n"
+     "    if a + b <= c or a + c <= b or b + c <= a:\n        return -1\n"
+     "    s = (a + b + c) / 2\n    return round((s * (s - a) * (s - b) * (s - c)) ** 0.5, 2)\n",
+     [(a,) for a in (3, 2, 6, 8, 1, 5, 9, 4)], "HumanEval/71"),
+], ids=["base_3", "mod_101", "base_5", "backwards", "over_a_list", "two_constants"])
 def test_a_validation_problem_with_a_parameter_fixed_to_its_tests_constant_is_a_twin(
         sandbox, body, args, problem_id):
-    """Red-team s33: both were admitted (twin_rules' PARTIAL)."""
-    copy = proposal(body, calls(body[4:body.index("(")], args))
+    """Red-team s33 and s34: each was admitted (twin_rules' PARTIAL): a constant the test
+    passes, one in a loop (/44's bases 3 to 8: `candidate(x, x + 1)`), the answer backwards,
+    the problem mapped over a list, two constants one call of the test passes together."""
+    start = body.rindex("def ") + 4  # the entry point: the last function
+    copy = proposal(body, calls(body[start:body.index("(", start)], args))
     assert reason(sandbox, copy, (problem(problem_id),)) == f"validation_twin:{problem_id}"
 
 
