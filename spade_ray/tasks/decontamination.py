@@ -27,17 +27,18 @@ unanswered), a task that computes a validation problem only on inputs the task d
 one that special-cases more than a fifth of the examples the problem answers (or shows fewer
 than MIN_AGREEING and special-cases one), and disguises past the mappings, the relabellings, the
 affine maps, reversals and containments of the answer (twin_rules.py), the float tolerance,
-a parameter of the problem filled with a constant its own test passes or a small int, or two
-with two one call of its test passes (HumanEval/44's change_base(x, 3) as "x in base 3",
-red-team s33: twin_rules' PARTIAL, by agreement or the answer backwards only), and the two
-other views of a task (a problem mapped over a list's items, item_view; a list of
+a parameter of the problem filled with a constant its own test passes, or two with two one
+call of its test passes (HumanEval/44's change_base(x, 3) as "x in base 3", red-team s33:
+twin_rules' PARTIAL, by agreement or the answer backwards only, on the task's own calls), and
+the two other views of a task (a problem mapped over a list's items, item_view; a list of
 numbers given as text, parsed_view: both admitted before, red-team s32; checked against the
 problems whose solution is more than one `return`, as the squares of a list's items are an
 honest task and no copy of HumanEval/41) (arguments nested deeper or re-encoded otherwise,
 renamed keys, an output wrapped in a dict, reduced (the sum of /9's running maxima) or
 transformed otherwise, an input shifted (HumanEval/55's fib(n + 1)), a special case combined
 with a changed answer, rounding to fewer than two decimal places, a parameter fixed to a
-constant the problem's test never passes (base 11), or so in fewer than MIN_DISTINCT outputs
+constant the problem's test never passes as a literal (base 11; base 5, which /44's test passes
+in a loop), or mapped over a list or a text of numbers, or so in fewer than MIN_DISTINCT outputs
 (/76's is_simple_power(n, 3) as "is n a power of 3"), or with its answer changed otherwise
 (`modp(n, 101) + 1`), the two views composed (a text of numbers, each mapped), a map over
 items that also passes a shared argument, a problem used as a filter (red-team s33)), and a
@@ -73,10 +74,6 @@ from spade_ray.tasks.twin_job import CALL_S, ITEM_SLACK_S, TASK_S, TWINS, kind
 # A batch task's items checked at most (item_view): a problem call each, under CALL_S, as many
 # as a task's own examples with the augmented inputs (16) and the generator's
 MAX_ITEMS = 24
-# Ints a partial application fills in where a problem's test passes ints, beside the test's own
-# (test_constants): HumanEval/44's test passes the bases 3 to 8 in a loop, `candidate(x, x +
-# 1)`, and change_base(x, 5) as "x in base 5" was admitted (red-team s34)
-SMALL_INTS = range(11)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,10 +122,12 @@ def tested_kinds(test: str) -> tuple[tuple[str, ...], ...]:
 def test_constants(test: str) -> tuple[tuple[int, tuple[tuple[int, str], ...]], ...]:
     """What a partial application of a HumanEval problem fills in (twin_rules' PARTIAL), as
     (the call's arity, ((position, the value pickled as TWINS reads it), ...)), each distinct
-    one once: each literal argument its test passes its `candidate`, read on its own, and
-    SMALL_INTS where it passes an int; and each two literal arguments one call passes together
-    (HumanEval/71's triangle_area(a, 4, 5) as "the area of a triangle with sides a, 4 and 5"
-    was admitted, red-team s34)."""
+    one once: each literal argument its test passes its `candidate`, read on its own, and each
+    two literal arguments one call passes together (HumanEval/71's triangle_area(a, 4, 5) as
+    "the area of a triangle with sides a, 4 and 5" was admitted, red-team s34). Not other
+    ints: filled with one, problems are everyday operations (/137's compare_one(x, 0) is
+    max(x, 0), /44's change_base(x, 10) is str(x), /13's gcd(n, 0) is n), and honest tasks
+    were their twins (s34's probe, below)."""
     one, two = {}, {}
     for node in ast.walk(ast.parse(test)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
@@ -147,9 +146,6 @@ def test_constants(test: str) -> tuple[tuple[int, tuple[tuple[int, str], ...]], 
         if len(node.args) > 2:
             for (a, fill_a), (b, fill_b) in itertools.combinations(literals, 2):
                 two.setdefault((len(node.args), a, b), (fill_a, fill_b))
-    for arity, k in {(arity, k) for arity, (k, type_name, _) in one if type_name == "int"}:
-        for n in SMALL_INTS:
-            one.setdefault((arity, (k, "int", repr(n))), ((k, _pickled(n)),))
     return tuple((key[0], filled) for key, filled in (*one.items(), *two.items()))
 
 

@@ -138,10 +138,13 @@ for examples in job["tasks"]:
                   [(m, {len(mapped(args, m)) for args in calls}) for m in mappings(calls)],
                   groups(calls),
                   (TASK_S * len(job["problems"]) + 1) * CALL_S * len(blobs) + ITEM_SLACK_S))
-# per task (or view: a partial application mapped over a list was admitted, red-team s34) whose
-# calls all pass n arguments, n >= 1: those calls (the partial items', twin_rules' PARTIAL)
-plain = [calls if calls and len({len(args) for args in calls}) == 1 and calls[0] else None
-         for calls in ([pickle.loads(blob) for blob in blobs] for blobs, _, _, _, _ in tasks)]
+# per task as it is (not a view: filled in, problems mapped item by item were honest tasks'
+# twins, s34) whose calls all pass n arguments, n >= 1: those calls (the partial items',
+# twin_rules' PARTIAL)
+plain = [calls if not derived and calls and len({len(args) for args in calls}) == 1
+         and calls[0] else None
+         for calls, derived in zip(([pickle.loads(blob) for blob in blobs]
+                                    for blobs, _, _, _, _ in tasks), job["derived"])]
 fns, work = [], []  # work: (problem, task, mapping) in the order they are tried
 for problem_id, source, entry, own, written_for, one_line, fills in job["problems"]:
     try:

@@ -66,21 +66,24 @@ ABS_TOL = 1e-2
 # Partial application (red-team s33, each admitted before): HumanEval/44's change_base(x, 3)
 # as "x in base 3", /49's modp(n, 101) as "2^n mod 101". So a validation problem with one
 # parameter more than a task's calls pass is called with that parameter filled, at its place,
-# by each constant its own test passes there, and the ints 0 to 10 where it passes ints
-# (decontamination.test_constants: /44's test passes its bases 3 to 8 in a loop, s34); one
-# with two more, by two its test passes together (/71's triangle_area(a, 4, 5), s34); the
-# task's arguments in every order, on the calls of the kinds its test passes, on the task and
-# its views (item by item, numbers in a text: s34 mapped "x in base 3" over a list). Such an
-# item is a twin by agreement alone (all, or nearly all as above), and only in MIN_DISTINCT
-# outputs or more, all agreeing too, or by its answer backwards (change_base(x, 2)[::-1]:
-# s34), against problems of more than one `return` (decontamination.one_line): with the
-# relabelling and the affine rule, /53's add(x, 1), /45's triangle_area(x, h) and /67's n
+# by each constant its own test passes there as a literal (decontamination.test_constants);
+# one with two more, by two one call of its test passes (/71's triangle_area(a, 4, 5), s34);
+# the task's arguments in every order, on the calls of the kinds its test passes. Such an item
+# is a twin by agreement alone (all, or nearly all as above), and only in MIN_DISTINCT outputs
+# or more, all agreeing too, or by its answer backwards (change_base(x, 2)[::-1]: s34), against
+# problems of more than one `return` (decontamination.one_line), on the task as it is: with
+# the relabelling and the affine rule, /53's add(x, 1), /45's triangle_area(x, h) and /67's n
 # minus a constant made every task linear in one number a twin, and gcd(n, 2) every parity
 # test; is_simple_power(n, 2) agreed with the seed is_power_of_two in two values (s33's
-# offline probe, /work/notes/s33/partial: none of the 45 seeds, as shipped and augmented, and
-# none of 6 generated tasks so; both red-team copies caught). Missed: a bool-valued copy ("is n
-# a power of 3", /76 with n = 3), a constant outside those (base 11), and the answer changed
-# otherwise (`modp(n, 101) + 1`).
+# offline probe, /work/notes/s33/partial). With the ints 0 to 10 filled in too, and items on
+# the views (a list's items, a text's numbers), 8 of 67 honest tasks a probe wrote were twins
+# (s34, /work/notes/s34/fp): compare_one(x, 0) is max(x, 0) item by item ("replace negatives
+# with zero"), choose_num(0, x) rounds down to even, change_base(x, 10) backwards reverses
+# digits, select_words(s, 0) keeps the all-vowel words. As it is, none of those, nor any of the
+# 124 seeds as admitted. Missed: a bool-valued copy ("is n a power of 3", /76 with n = 3), a
+# constant that is no literal of the test (base 11; base 5, which /44's test passes in a loop),
+# a copy mapped over a list or a text of numbers, the answer changed otherwise
+# (`modp(n, 101) + 1`).
 
 
 def kind(value):

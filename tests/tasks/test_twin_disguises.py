@@ -285,25 +285,18 @@ MODP = ("def {name}(n: int{param}) -> int:\n{fixed}    ret = 1\n    for i in ran
      [(n,) for n in (8, 7, 100, 45, 19, 26, 81, 1000)], "HumanEval/44"),
     (MODP.format(name="pow2_mod", param="", fixed="    p = 101\n"),
      [(n,) for n in (3, 1101, 0, 100, 37, 64, 250, 7)], "HumanEval/49"),
-    (CHANGE_BASE.format(name="quinary", param="", fixed="    base = 5\n"),
-     [(n,) for n in (8, 7, 100, 45, 19, 26, 81, 1000)], "HumanEval/44"),
     (CHANGE_BASE.format(name="bits_lsb", param="", fixed="    base = 2\n")
      .replace("return ret", "return ret[::-1]"),
      [(n,) for n in (8, 7, 100, 45, 19, 26, 81, 1000)], "HumanEval/44"),
-    (CHANGE_BASE.format(name="_t", param="", fixed="    base = 3\n")
-     + "\n\ndef ternaries(xs: list) -> list:\n    return [_t(x) for x in xs]\n",
-     [([8, 7],), ([100, 45, 19],), ([26],), ([81, 1000, 5],), ([12, 64],), ([33, 2],)],
-     "HumanEval/44"),
     ("def area45(a: int) -> float:\n    b, c = 4, 5\n"
      "    if a + b <= c or a + c <= b or b + c <= a:\n        return -1\n"
      "    s = (a + b + c) / 2\n    return round((s * (s - a) * (s - b) * (s - c)) ** 0.5, 2)\n",
      [(a,) for a in (3, 2, 6, 8, 1, 5, 9, 4)], "HumanEval/71"),
-], ids=["base_3", "mod_101", "base_5", "backwards", "over_a_list", "two_constants"])
+], ids=["base_3", "mod_101", "backwards", "two_constants"])
 def test_a_validation_problem_with_a_parameter_fixed_to_its_tests_constant_is_a_twin(
         sandbox, body, args, problem_id):
     """Red-team s33 and s34: each was admitted (twin_rules' PARTIAL): a constant the test
-    passes, one in a loop (/44's bases 3 to 8: `candidate(x, x + 1)`), the answer backwards,
-    the problem mapped over a list, two constants one call of the test passes together."""
+    passes, the answer backwards, two constants one call of the test passes together."""
     start = body.rindex("def ") + 4  # the entry point: the last function
     copy = proposal(body, calls(body[start:body.index("(", start)], args))
     assert reason(sandbox, copy, (problem(problem_id),)) == f"validation_twin:{problem_id}"
@@ -318,3 +311,32 @@ def test_a_task_agreeing_with_a_partial_problem_in_few_outputs_is_no_twin(sandbo
                         f"        k *= {base}\n    return k == n\n",
                         calls(name, [(n,) for n in (1, 2, 3, 16, 18, 64, 100, 256)]))
         assert reason(sandbox, task, (problem("HumanEval/76"),)) == ""
+
+
+@pytest.mark.parametrize("body, args, problem_id", [
+    ("def bump_scores(scores: list) -> list:\n    return [max(s, 5) for s in scores]\n",
+     [([3, 7, 9],), ([],), ([1, 2, 10],), ([6, 8, 4, 12],), ([0, 15],), ([20, 30, 2],)],
+     "HumanEval/137"),
+    ("def clip_negatives(nums: list) -> list:\n    return [n if n > 0 else 0 for n in nums]\n",
+     [([1, -2, 3],), ([-5, -1],), ([],), ([4, 0, -7, 9],), ([10, 20, -30],), ([6, -6, 8, 2],)],
+     "HumanEval/137"),
+    ("def reversed_strings(nums: list) -> list:\n    return [str(n)[::-1] for n in nums]\n",
+     [([12, 345, 6],), ([],), ([100, 21],), ([9876, 55, 13],), ([70, 81, 92, 43],)],
+     "HumanEval/44"),
+    ("def vowel_only_words(s: str) -> list:\n"
+     "    return [w for w in s.split() if all(c.lower() in 'aeiou' for c in w)]\n",
+     [("a cat ate",), ("",), ("I owe you",), ("e i o u",), ("ai oe ue ia",), ("aa bb ee ii",)],
+     "HumanEval/117"),
+    ("def sort_csv(text: str) -> list:\n    if not text:\n        return []\n"
+     "    return sorted(int(x) for x in text.split(','))\n",
+     [("30,4,4,100",), ("",), ("19,91,19",), ("-5,64,0,64,13",), ("7",), ("29,38,47,29,65",),
+      ("12,21,12,3",)], "HumanEval/120"),
+], ids=["pass_mark", "relu_list", "reversed_digits", "vowel_words", "sorted_text"])
+def test_an_everyday_operation_a_filled_problem_computes_is_no_twin(sandbox, body, args,
+                                                                     problem_id):
+    """s34's probe: with the ints 0 to 10 filled in and items on the views, each honest task
+    was a twin: compare_one(x, 5) is max(x, 5) item by item, change_base(x, 10) backwards
+    reverses digits, select_words(s, 0) keeps the all-vowel words, maximum(xs, k) sorts a short
+    list (twin_rules' PARTIAL)."""
+    task = proposal(body, calls(body[4:body.index("(")], args))
+    assert reason(sandbox, task, (problem(problem_id),)) == ""
