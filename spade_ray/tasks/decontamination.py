@@ -92,7 +92,7 @@ class HeldOut:
     # (empty: on every call)
     written_for: tuple[tuple[str, ...], ...] = ()
     # a validation problem's: the constants its own test passes (test_constants), which fill
-    # its one parameter a task does not pass (twin_rules' PARTIAL)
+    # the one or two parameters a task does not pass (twin_rules' PARTIAL)
     fills: tuple[tuple[int, tuple[tuple[int, str], ...]], ...] = ()
 
 
@@ -127,7 +127,7 @@ def test_constants(test: str) -> tuple[tuple[int, tuple[tuple[int, str], ...]], 
     "the area of a triangle with sides a, 4 and 5" was admitted, red-team s34). Not other
     ints: filled with one, problems are everyday operations (/137's compare_one(x, 0) is
     max(x, 0), /44's change_base(x, 10) is str(x), /13's gcd(n, 0) is n), and honest tasks
-    were their twins (s34's probe, below)."""
+    were their twins (s34's probe: twin_rules' PARTIAL)."""
     one, two = {}, {}
     for node in ast.walk(ast.parse(test)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
@@ -140,9 +140,9 @@ def test_constants(test: str) -> tuple[tuple[int, tuple[tuple[int, str], ...]], 
                 value = ast.literal_eval(arg)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 continue  # a name or an expression: not a constant of the test's
-            key = (k, type(value).__name__, repr(value))
-            one.setdefault((len(node.args), key), ((k, _pickled(value)),))
-            literals.append((key, (k, _pickled(value))))
+            key, fill = (k, type(value).__name__, repr(value)), (k, _pickled(value))
+            one.setdefault((len(node.args), key), (fill,))
+            literals.append((key, fill))
         if len(node.args) > 2:
             for (a, fill_a), (b, fill_b) in itertools.combinations(literals, 2):
                 two.setdefault((len(node.args), a, b), (fill_a, fill_b))

@@ -27,10 +27,11 @@ closed here (red-team passes found each of them admitted):
 Runtime backs these up: the admission driver's clocks jump at every read (tasks/driver.py), so a
 reference that reads the time some other way disagrees with itself and is nondeterministic.
 
-Nor may it compare values by identity (`is`, `is not`) unless one side is one of a kind (None,
-True, False, `...`, a type, a sentinel the module makes): CPython keeps one object for each int
-from -5 to 256 and for some strings, so `xs[i] is xs[i + 1]` answered "count adjacent equal
-values" right below 257 and wrong above, and an honest `==` solution failed (red-team s33).
+Nor may it compare values by identity (`is`, `is not`, `operator.is_`) unless one side is one
+of a kind (None, True, False, `...`, a type, a sentinel the module makes): CPython keeps one
+object for each int from -5 to 256 and for some strings, so `xs[i] is xs[i + 1]` answered
+"count adjacent equal values" right below 257 and wrong above, and an honest `==` solution
+failed (red-team s33).
 
 Nor may a reference name the errors of an interpreter's limits, or their parent classes
 (LIMIT_ERRORS): a handler turns a limit into an answer the description cannot state (red-team
