@@ -26,34 +26,33 @@ CALL_S, or slow to raise, past RAISE_S in all (one or two before any disagreeing
 unanswered), a task that computes a validation problem only on inputs the task does not show,
 one that special-cases more than a fifth of the examples the problem answers (or shows fewer
 than MIN_AGREEING and special-cases one), and disguises past the mappings, the relabellings, the
-affine maps, reversals and containments of the answer (twin_rules.py), the float tolerance,
-a parameter of the problem filled with a constant its own test passes, or two with two one
-call of its test passes (HumanEval/44's change_base(x, 3) as "x in base 3", red-team s33:
-twin_rules' PARTIAL, by agreement or the answer backwards only, on the task's own calls), and
-the two other views of a task (a problem mapped over a list's items, item_view; a list of
-numbers given as text, parsed_view: both admitted before, red-team s32; checked against the
-problems whose solution is more than one `return`, as the squares of a list's items are an
-honest task and no copy of HumanEval/41) (arguments nested deeper or re-encoded otherwise,
-renamed keys, an output wrapped in a dict, reduced (the sum of /9's running maxima) or
-transformed otherwise, an input shifted (HumanEval/55's fib(n + 1)), a special case combined
-with a changed answer, rounding to fewer than two decimal places, a parameter fixed to a
-constant the problem's test never passes as a literal (base 11; base 5, which /44's test passes
-in a loop), or mapped over a list or a text of numbers, or so in fewer than MIN_DISTINCT outputs
-(/76's is_simple_power(n, 3) as "is n a power of 3"), or with its answer changed otherwise
-(`modp(n, 101) + 1`), the two views composed (a text of numbers, each mapped), a map over
-items that also passes a shared argument, a problem used as a filter (red-team s33)), and a
-copy beside two tasks of its chunk whose inputs stick its
-problem in one C call (a problem killed is left out for the rest of the run, ITEM_SLACK_S, and
-gets one more pass at the end). A known task is checked only on calls with the kinds of
-arguments its own examples pass (kinds), so a copy that changes the argument types (a str for a
-list) of a known task is missed. A validation problem is checked on every call, but its answer
-held at one place inside an expected output (a containment: twin_rules.spots) counts only on
-calls of the kinds its own test passes (written_for): on a str, HumanEval/12's longest(strings)
-returns the first character, which starts the output of many honest string tasks, and all
-of the red team's four such tasks were its twins (s31). Checked on those kinds alone, 82 of the
-164 problems gave the same answers with one argument of another kind (a digit str for an int,
-a str for a list of characters, a dict for a list of its keys), and copies so called were
-admitted (red-team s31, pass 20).
+affine maps, reversals and containments of the answer (twin_rules.py), the float tolerance, a
+parameter of the problem filled with a constant its own test passes, or two with two one call of
+its test passes (HumanEval/44's change_base(x, 3) as "x in base 3", red-team s33: twin_rules'
+PARTIAL, by agreement, the answer backwards or affine only, on the task's own calls), and the
+two other views of a task (a problem mapped over a list's items, item_view; a list of numbers
+given as text, parsed_view: both admitted before, red-team s32; checked against the problems
+whose solution is more than one `return`, as the squares of a list's items are an honest task
+and no copy of HumanEval/41) (arguments nested deeper or re-encoded otherwise, renamed keys, an
+output wrapped in a dict, reduced (the sum of /9's running maxima) or transformed otherwise, an
+input shifted (HumanEval/55's fib(n + 1)), a special case combined with a changed answer,
+rounding to fewer than two decimal places, a parameter fixed to a constant the problem's test
+never passes as a literal (base 11; base 5, which /44's test passes in a loop), or mapped over a
+list or a text of numbers, or so in fewer than MIN_DISTINCT outputs (/76's is_simple_power(n, 3)
+as "is n a power of 3"), or with its answer changed otherwise (relabelled, held inside a longer
+one), the two views composed (a text of numbers, each mapped), a map over items that also passes
+a shared argument, a problem used as a filter (red-team s33)), and a copy beside two tasks of
+its chunk whose inputs stick its problem in one C call (a problem killed is left out for the
+rest of the run, ITEM_SLACK_S, and gets one more pass at the end). A known task is checked only
+on calls with the kinds of arguments its own examples pass (kinds), so a copy that changes the
+argument types (a str for a list) of a known task is missed. A validation problem is checked on
+every call, but its answer held at one place inside an expected output (a containment:
+twin_rules.spots) counts only on calls of the kinds its own test passes (written_for): on a str,
+HumanEval/12's longest(strings) returns the first character, which starts the output of many
+honest string tasks, and all of the red team's four such tasks were its twins (s31). Checked on
+those kinds alone, 82 of the 164 problems gave the same answers with one argument of another
+kind (a digit str for an int, a str for a list of characters, a dict for a list of its keys),
+and copies so called were admitted (red-team s31, pass 20).
 """
 
 from __future__ import annotations

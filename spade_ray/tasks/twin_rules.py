@@ -69,12 +69,13 @@ ABS_TOL = 1e-2
 # by each constant its own test passes there as a literal (decontamination.test_constants);
 # one with two more, by two one call of its test passes (/71's triangle_area(a, 4, 5), s34);
 # the task's arguments in every order, on the calls of the kinds its test passes. Such an item
-# is a twin by agreement alone (all, or nearly all as above), and only in MIN_DISTINCT outputs
-# or more, all agreeing too, or by its answer backwards (change_base(x, 2)[::-1]: s34), against
+# is a twin by agreement (all, or nearly all as above) in MIN_DISTINCT outputs or more, all
+# agreeing too, or by its answer backwards (change_base(x, 2)[::-1]: s34), or affine in it
+# where no argument alone makes the expected outputs affine (`modp(n, 101) + 1`: s34), against
 # problems of more than one `return` (decontamination.one_line), on the task as it is: with
-# the relabelling and the affine rule, /53's add(x, 1), /45's triangle_area(x, h) and /67's n
-# minus a constant made every task linear in one number a twin, and gcd(n, 2) every parity
-# test; is_simple_power(n, 2) agreed with the seed is_power_of_two in two values (s33's
+# the relabelling and the plain affine rule, /53's add(x, 1), /45's triangle_area(x, h) and
+# /67's n minus a constant made every task linear in one number a twin, and gcd(n, 2) every
+# parity test; is_simple_power(n, 2) agreed with the seed is_power_of_two in two values (s33's
 # offline probe, /work/notes/s33/partial). With the ints 0 to 10 filled in too, and items on
 # the views (a list's items, a text's numbers), 8 of 67 honest tasks a probe wrote were twins
 # (s34, /work/notes/s34/fp): compare_one(x, 0) is max(x, 0) item by item ("replace negatives
@@ -82,8 +83,8 @@ ABS_TOL = 1e-2
 # digits, select_words(s, 0) keeps the all-vowel words. As it is, none of those, nor any of the
 # 124 seeds as admitted. Missed: a bool-valued copy ("is n a power of 3", /76 with n = 3), a
 # constant that is no literal of the test (base 11; base 5, which /44's test passes in a loop),
-# a copy mapped over a list or a text of numbers, the answer changed otherwise
-# (`modp(n, 101) + 1`).
+# a copy mapped over a list or a text of numbers, the answer changed otherwise (relabelled,
+# held inside a longer one).
 
 
 def kind(value):
@@ -206,13 +207,16 @@ class Evidence:
     """What the answered examples of one item say, rule by rule (twin_job's figures)."""
 
     def __init__(self, count, exact=False, partial=False):
-        """exact: agreement alone; partial: agreement in MIN_DISTINCT outputs, or the answer
-        backwards (PARTIAL)."""
+        """exact: agreement alone; partial: agreement in MIN_DISTINCT outputs, the answer
+        backwards, or affine where no argument alone is (PARTIAL)."""
         self.count, self.agreed, self.answered, self.counted = count, 0, 0, 0
         self.outputs, self.results = set(), set()  # agreeing outputs; results counted
         self.relabelled = {} if count >= MIN_AGREEING and not (exact or partial) else None
         self.seen, self.partial = {}, partial
-        self.line, self.points = not (exact or partial), []  # expected = a * result + b, a != 0
+        self.line, self.points = not exact, []  # expected = a * result + b, a != 0
+        # partial: per argument, its (argument, expected) points while the expected outputs
+        # are affine in it (a task linear in a number is no copy of a problem that is too)
+        self.own, self.own_line = {}, {}
         self.spots = set() if exact else None  # where the result sits in each expected value
 
     def add(self, key, result, wanted, args=(), contained=True):
@@ -237,7 +241,11 @@ class Evidence:
         self.counted += 1
         self.results.add(shown)
         if self.line:
-            self.line = self.linear(value, wanted)
+            self.line = affine(self.points, value, wanted)
+        if self.partial:
+            for j, arg in enumerate(args):
+                if self.own_line.get(j, True):
+                    self.own_line[j] = affine(self.own.setdefault(j, []), arg, wanted)
         if not contained:
             self.spots = set()
         elif self.spots is None:
@@ -246,21 +254,6 @@ class Evidence:
                           if not self.partial or spot[0] == "reversed"}
         elif self.spots:
             self.spots = {spot for spot in self.spots if holds(spot, value, shown, wanted)}
-
-    def linear(self, value, wanted):
-        if not (number(value) and number(wanted)):
-            return False
-        self.points.append((value, wanted))
-        xs = {x for x, _ in self.points}
-        try:
-            if len(xs) < 2:
-                return all(same(y, self.points[0][1]) for _, y in self.points)
-            (x1, y1), (x2, y2) = self.points[0], next(p for p in self.points
-                                                     if p[0] != self.points[0][0])
-            a = (y2 - y1) / (x2 - x1)
-            return a != 0 and all(same(a * (x - x1) + y1, y) for x, y in self.points)
-        except (OverflowError, ZeroDivisionError):
-            return False
 
     def dead(self, i):
         """True when no rule can call it a twin whatever examples i+1... give."""
@@ -285,7 +278,24 @@ class Evidence:
                 min(self.seen.values()) >= 2 and n >= MIN_AGREEING and
                 len(set(self.relabelled.values())) == len(self.relabelled) or
                 self.counted >= MIN_AGREEING and len(self.results) >= MIN_DISTINCT and
-                bool(self.line or self.spots))
+                bool(self.line and not any(self.own_line.values()) or self.spots))
+
+
+def affine(points, x, wanted):
+    """Whether `wanted` is one affine function a * x + b (a != 0, within the tolerance) of x
+    here and at every one of `points`, which (x, wanted) joins."""
+    if not (number(x) and number(wanted)):
+        return False
+    points.append((x, wanted))
+    xs = {x for x, _ in points}
+    try:
+        if len(xs) < 2:
+            return all(same(y, points[0][1]) for _, y in points)
+        (x1, y1), (x2, y2) = points[0], next(p for p in points if p[0] != points[0][0])
+        a = (y2 - y1) / (x2 - x1)
+        return a != 0 and all(same(a * (x - x1) + y1, y) for x, y in points)
+    except (OverflowError, ZeroDivisionError):
+        return False
 
 
 def spots(value, shown, wanted):
@@ -337,7 +347,8 @@ def twin(fn, blobs, expected, mapping, flags, allowed=float("inf"), kinds=(), wr
     is no twin once they take more than `allowed`. Calls not of `kinds` are not answered;
     those not of `written_for` do not count for the containment rule. A `partial` mapping (a
     constant filled in) is a twin only by agreeing, on all or nearly all, in MIN_DISTINCT
-    outputs or more, or by answering backwards, and on no flag (PARTIAL)."""
+    outputs or more, by answering backwards, or affinely where no argument alone does, and on
+    no flag (PARTIAL)."""
     whole, raising = Evidence(len(blobs), partial=partial), 0.0
     if partial:
         flags = ()

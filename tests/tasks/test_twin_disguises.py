@@ -292,11 +292,15 @@ MODP = ("def {name}(n: int{param}) -> int:\n{fixed}    ret = 1\n    for i in ran
      "    if a + b <= c or a + c <= b or b + c <= a:\n        return -1\n"
      "    s = (a + b + c) / 2\n    return round((s * (s - a) * (s - b) * (s - c)) ** 0.5, 2)\n",
      [(a,) for a in (3, 2, 6, 8, 1, 5, 9, 4)], "HumanEval/71"),
-], ids=["base_3", "mod_101", "backwards", "two_constants"])
+    (MODP.format(name="pow2_mod", param="", fixed="    p = 101\n").replace(
+        "return ret", "return ret + 1"),
+     [(n,) for n in (3, 1101, 0, 100, 37, 64, 250, 7)], "HumanEval/49"),
+], ids=["base_3", "mod_101", "backwards", "two_constants", "affine"])
 def test_a_validation_problem_with_a_parameter_fixed_to_its_tests_constant_is_a_twin(
         sandbox, body, args, problem_id):
     """Red-team s33 and s34: each was admitted (twin_rules' PARTIAL): a constant the test
-    passes, the answer backwards, two constants one call of the test passes together."""
+    passes, the answer backwards, two constants one call of the test passes together, the
+    answer plus one."""
     start = body.rindex("def ") + 4  # the entry point: the last function
     copy = proposal(body, calls(body[start:body.index("(", start)], args))
     assert reason(sandbox, copy, (problem(problem_id),)) == f"validation_twin:{problem_id}"
@@ -311,6 +315,16 @@ def test_a_task_agreeing_with_a_partial_problem_in_few_outputs_is_no_twin(sandbo
                         f"        k *= {base}\n    return k == n\n",
                         calls(name, [(n,) for n in (1, 2, 3, 16, 18, 64, 100, 256)]))
         assert reason(sandbox, task, (problem("HumanEval/76"),)) == ""
+
+
+def test_a_task_linear_in_its_number_is_no_affine_twin_of_a_filled_problem(sandbox):
+    """Filled with a test string, HumanEval/67's fruit_distribution(s, n) is n minus a
+    constant, and any task linear in n was its affine twin (s33's probe): under PARTIAL the
+    affine rule needs expected outputs affine in no argument alone."""
+    task = proposal("def seats_left(n: int) -> int:\n    taken = 0\n    for row in range(3):\n"
+                    "        taken += 4\n    return 3 * n - taken\n",
+                    calls("seats_left", [(n,) for n in (10, 25, 7, 40, 13, 99, 5, 60)]))
+    assert reason(sandbox, task, (problem("HumanEval/67"),)) == ""
 
 
 @pytest.mark.parametrize("body, args, problem_id", [
