@@ -131,20 +131,18 @@ def defined(source, problem_id, entry):
 tasks = []  # per task: its calls' arguments as pickles (a fresh copy per call: /70 and
 # others change their argument), its expected outputs, its mappings with the counts of
 # arguments each makes, and its allowance in seconds
-for examples in job["tasks"]:
+plain = []  # per task as it is (not a view: filled in, problems mapped item by item were
+# honest tasks' twins, s34) whose calls all pass n arguments, n >= 1: those calls (the
+# partial items', twin_rules' PARTIAL); else None
+for examples, derived in zip(job["tasks"], job["derived"]):
     blobs = [base64.b64decode(args) for args, _ in examples]
     calls = [pickle.loads(blob) for blob in blobs]
     tasks.append((blobs, [pickle.loads(base64.b64decode(expected)) for _, expected in examples],
                   [(m, {len(mapped(args, m)) for args in calls}) for m in mappings(calls)],
                   groups(calls),
                   (TASK_S * len(job["problems"]) + 1) * CALL_S * len(blobs) + ITEM_SLACK_S))
-# per task as it is (not a view: filled in, problems mapped item by item were honest tasks'
-# twins, s34) whose calls all pass n arguments, n >= 1: those calls (the partial items',
-# twin_rules' PARTIAL)
-plain = [calls if not derived and calls and len({len(args) for args in calls}) == 1
-         and calls[0] else None
-         for calls, derived in zip(([pickle.loads(blob) for blob in blobs]
-                                    for blobs, _, _, _, _ in tasks), job["derived"])]
+    plain.append(calls if not derived and calls and calls[0]
+                 and len({len(args) for args in calls}) == 1 else None)
 fns, work = [], []  # work: (problem, task, mapping) in the order they are tried
 for problem_id, source, entry, own, written_for, one_line, fills in job["problems"]:
     try:

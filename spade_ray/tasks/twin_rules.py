@@ -287,9 +287,8 @@ def affine(points, x, wanted):
     if not (number(x) and number(wanted)):
         return False
     points.append((x, wanted))
-    xs = {x for x, _ in points}
     try:
-        if len(xs) < 2:
+        if len({at for at, _ in points}) < 2:
             return all(same(y, points[0][1]) for _, y in points)
         (x1, y1), (x2, y2) = points[0], next(p for p in points if p[0] != points[0][0])
         a = (y2 - y1) / (x2 - x1)
