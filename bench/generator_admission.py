@@ -10,7 +10,8 @@ one run:
   frame-t0.6  the same at temperature 0.6 instead of 0.9 (fewer broken programs, more copies)
   frame-4shot frame with four few-shot programs instead of two (make run's default)
   frame-6shot frame with six
-  frame-4shot-aug  frame-4shot with 8 augmented inputs per proposal (admission.augment_inputs)
+  frame-4shot-aug  frame-4shot with make run's admission: 16 augmented inputs per proposal
+            (admission.augment_inputs; the rows above have none): make run's decoding and admission
   frame-4shot-aug-minp  the same at temperature 1.2 with min-p 0.1 (SamplingParams.min_p: the
             tokens under a tenth of the likeliest one's probability are cut, so a hotter
             temperature spreads over plausible tokens only)
@@ -176,7 +177,7 @@ def main() -> int:
     work = list(zip(topic_schedule(TOPICS, args.prompts, 0),
                     family_schedule(list(TaskFamily), args.prompts, 0)))
     framed = dataclasses.replace(base, stop=STOP)
-    plain, augmented = AdmissionConfig(augment_inputs=0), AdmissionConfig(augment_inputs=8)
+    plain, augmented = AdmissionConfig(augment_inputs=0), AdmissionConfig()  # make run's
     variants = {"no-stop": (dataclasses.replace(base, stop=()), 0, 2, plain),
                 "stop": (framed, 0, 2, plain),
                 "frame": (framed, 96, 2, plain),
