@@ -28,7 +28,9 @@ from spade_ray.execution import Executor
 from spade_ray.preferences import build_groups, build_pairs
 from spade_ray.preferences.generator import (
     GeneratorReward,
+    answer_arrangements,
     answer_items,
+    arrangement_guess,
     behaviour,
     build_generator_groups,
     build_generator_pairs,
@@ -313,8 +315,10 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
         shown = shown_examples(task, solutions.hints)
         answers = [(behaviour(task, c, r, shown), s.passed)
                    for c, s, r in verdicts for k in range(c.draws)]
-        if two_answers([a for a, _ in answers], [ok for _, ok in answers]) or \
-                item_guess([a for a, _ in answers], answer_items(task)):
+        drawn = [a for a, _ in answers]
+        if two_answers(drawn, [ok for _, ok in answers]) or \
+                item_guess(drawn, answer_items(task)) or \
+                arrangement_guess(drawn, answer_arrangements(task)):
             split.add(task.task_id)
         pairs += build_pairs(task, prompt, [c for c, _ in mine], [s for _, s in mine],
                              task.generator_version, margin=pair_margin)

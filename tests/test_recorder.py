@@ -165,6 +165,19 @@ def test_a_predict_task_whose_draws_guess_among_an_arguments_items_is_told():
     assert scored.two_answers == {task.task_id} and scored.pass_rates == {task.task_id: 0.25}
 
 
+def test_a_predict_task_whose_draws_guess_among_an_arguments_arrangements_is_told():
+    # red-team pass 24: xs rotated by k, k a scrambled hash of a key no reader computes
+    question = canonical.example(([6, 2, 8, 3], "lime"), [3, 6, 2, 8])
+    task = dataclasses.replace(f.task(), family=TaskFamily.PREDICT, visible=(question,))
+    answers = ["[6, 2, 8, 3]", "[3, 6, 2, 8]", "[8, 3, 6, 2]", "[2, 8, 3, 6]"]
+    candidates = tuple(dataclasses.replace(f.candidate(index=i), code=answer)
+                       for i, answer in enumerate(answers))
+    batch = stages.Solutions((task,), ("p",), candidates, 4, 0.0)
+    checks = [f.check(passed=answer == "[3, 6, 2, 8]") for answer in answers]
+    scored = stages.score(batch, checks, pair_margin=0.0, with_groups=False)
+    assert scored.two_answers == {task.task_id} and scored.pass_rates == {task.task_id: 0.25}
+
+
 def test_a_predict_task_split_between_two_answers_pays_its_generator_no_band_reward(record):
     # a coin flip the solver cannot compute: half its draws right, half the one other answer
     # (sample_distinct keeps one copy of each text and counts its draws: red-team pass 10

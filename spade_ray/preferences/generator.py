@@ -16,7 +16,8 @@ given twice or more, or among more such others, none much rarer than the right o
 (`two_answers`): which of several answers is right decided their verdicts, which is what a
 guess the solver cannot compute looks like (`n * n + bit`, a bit from a scrambled seed;
 `xs[h % 3]`: admission's guesses model some readable parts, this needs none), nor for a
-predict task whose answers are three or more items of one argument (`item_guess`: `xs[h % 5]`).
+predict task whose answers are three or more items of one argument (`item_guess`: `xs[h % 5]`),
+or three or more orderings of one (`arrangement_guess`: xs rotated by h % len(xs)).
 A program's answer is its verdict on each example (`behaviour`): a description with two
 readings that only hidden examples tell apart is a coin flip too. An honest question with one
 or two common traps looks the same and loses its band reward too: the price of never paying
@@ -133,6 +134,45 @@ def item_guess(answers: Sequence[str | None], items: Sequence[frozenset[str]]) -
     return False
 
 
+def arrangement_guess(answers: Sequence[str | None], arrangements: Sequence[str]) -> bool:
+    """Whether a predict task's draws guess among the arrangements of one argument of its call
+    (`arrangements`: per argument, the key of its items in any order; `answer_arrangements`):
+    three or more distinct arrangements answered, by three quarters of the draws or more, as
+    item_guess counts items. Red-team pass 24: `xs[k:] + xs[:k]`, `s[k:] + s[:k]` or one of the
+    orderings of xs, with k a scrambled hash of another argument no reader computes, paid a
+    uniform guesser 0.19-0.21 at K = 4, where two_answers needs a wrong answer given twice (a
+    1-in-4 guess seldom repeats one) and item_guess counts items, not orderings of them. An
+    honest "sort xs" keeps its band reward while the solver's wrong orderings are one or two;
+    one wrong in three ways costs it, as item_guess's "the largest item" does."""
+    given = [a for a in answers if a is not None]
+    keys = [arrangement_key(_literal(a)) for a in given]
+    for key in arrangements:
+        picked = [_value(a) for a, k in zip(given, keys) if k == key]
+        if len(set(picked)) >= 3 and 4 * len(picked) >= 3 * len(answers):
+            return True
+    return False
+
+
+def answer_arrangements(task: Task) -> tuple[str, ...]:
+    """A predict task's question's arguments of three items or more (a list, tuple or str),
+    each as the key its arrangements share (`arrangement_key`)."""
+    if task.family is not TaskFamily.PREDICT or not task.visible:
+        return ()
+    found = (arrangement_key(arg) for arg in canonical.decode(task.visible[0].args))
+    return tuple(key for key in found if key is not None)
+
+
+def arrangement_key(value) -> str | None:
+    """The key every ordering of `value`'s items shares (its type and the sorted canonical data
+    of its items), for a list, tuple or str of three items or more; None otherwise."""
+    if type(value) not in (list, tuple, str) or len(value) < 3:
+        return None
+    try:
+        return f"{type(value).__name__}:{sorted(canonical.encode(x) for x in value)}"
+    except (canonical.NotPlainData, RecursionError, MemoryError):
+        return None
+
+
 def answer_items(task: Task) -> tuple[frozenset[str], ...]:
     """A predict task's question's arguments' items (guesses.items_of), per argument that has
     them."""
@@ -144,11 +184,22 @@ def answer_items(task: Task) -> tuple[frozenset[str], ...]:
 
 def _value(answer: str) -> str:
     """A literal's canonical data (type-exact), or its text when it is not one."""
+    value = _literal(answer)
     try:
-        return canonical.encode(ast.literal_eval(answer.strip()))
-    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError,
-            canonical.NotPlainData):
+        return f"text:{answer.strip()}" if value is _NO_LITERAL else canonical.encode(value)
+    except (canonical.NotPlainData, RecursionError, MemoryError):
         return f"text:{answer.strip()}"
+
+
+_NO_LITERAL = object()
+
+
+def _literal(answer: str):
+    """The Python literal an answer writes, or _NO_LITERAL."""
+    try:
+        return ast.literal_eval(answer.strip())
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return _NO_LITERAL
 
 
 def output_id(round_index: int, item: GeneratorInput) -> str:

@@ -5,6 +5,8 @@ import pytest
 from spade_ray.execution import canonical
 from spade_ray.preferences.generator import (
     GeneratorReward,
+    arrangement_guess,
+    arrangement_key,
     build_generator_groups,
     build_generator_pairs,
     generator_reward,
@@ -78,6 +80,27 @@ ITEMS = (frozenset(canonical.encode(x) for x in [4, 9, 15, 22, 31]),)
 def test_a_predict_guess_among_the_items_of_an_argument_is_told(answers, guess):
     assert item_guess(answers, ITEMS) is guess
     assert not item_guess(answers, ())
+
+
+# the asked call's arguments: a list to arrange and a key whose scrambled hash picks how
+XS_KEY = tuple(arrangement_key(a) for a in ([6, 2, 8, 3], "lime", "tuvw"))
+
+
+@pytest.mark.parametrize("answers, guess", [
+    # one of the 4 rotations of xs, k a scrambled hash of the key (red-team pass 24: 0.211
+    # at K = 4 for a uniform guesser)
+    (["[6, 2, 8, 3]", "[2, 8, 3, 6]", "[8, 3, 6, 2]", "[6, 2, 8, 3]"], True),
+    (["[3, 6, 2, 8]", "[8, 3, 6, 2]", "[2, 8, 3, 6]", "7"], True),  # ... with a stray draw
+    (["'tuvw'", "'vwtu'", "'wtuv'", "'tuvw'"], True),  # a string's rotations
+    (["[2, 3, 6, 8]", "[2, 3, 6, 8]", "[6, 2, 8, 3]", "[6, 2, 8, 3]"], False),  # sort xs, one trap
+    (["[2, 3, 6, 8]", "[2, 3, 6, 8]", "[2, 3, 6, 8]", "[8, 6, 3, 2]"], False),
+    (["[2, 3, 6, 8]", "[6, 2, 8, 3]", "[8, 6, 3, 2]", "[2, 3, 6]", "[1]", "9"], False),  # few
+    (["(6, 2, 8, 3)", "(2, 8, 3, 6)", "(8, 3, 6, 2)", "(3, 6, 2, 8)"], False),  # other type
+    (["'lmie'", "'mile'", "'emil'", "'lime'"], True),  # the key's own letters
+])
+def test_a_predict_guess_among_the_arrangements_of_an_argument_is_told(answers, guess):
+    assert arrangement_guess(answers, XS_KEY) is guess
+    assert not arrangement_guess(answers, ())
 
 
 def output(index, prompt, text, reward, task_id=None):
