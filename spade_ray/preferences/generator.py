@@ -169,7 +169,7 @@ def arrangement_key(value) -> str | None:
         return None
     try:
         return f"{type(value).__name__}:{sorted(canonical.encode(x) for x in value)}"
-    except (canonical.NotPlainData, RecursionError, MemoryError):
+    except _NOT_DATA:
         return None
 
 
@@ -187,11 +187,14 @@ def _value(answer: str) -> str:
     value = _literal(answer)
     try:
         return f"text:{answer.strip()}" if value is _NO_LITERAL else canonical.encode(value)
-    except (canonical.NotPlainData, RecursionError, MemoryError):
+    except _NOT_DATA:
         return f"text:{answer.strip()}"
 
 
 _NO_LITERAL = object()
+# what encoding a solver's literal can raise (an int past Python's digit limit, a nesting past
+# the recursion limit, a NaN)
+_NOT_DATA = (ValueError, TypeError, RecursionError, MemoryError, canonical.NotPlainData)
 
 
 def _literal(answer: str):
