@@ -28,15 +28,11 @@ from spade_ray.execution import Executor
 from spade_ray.preferences import build_groups, build_pairs
 from spade_ray.preferences.generator import (
     GeneratorReward,
-    answer_arrangements,
-    answer_items,
-    arrangement_guess,
     behaviour,
     build_generator_groups,
     build_generator_pairs,
     generator_reward,
-    item_guess,
-    two_answers,
+    guessed,
 )
 from spade_ray.records import (
     Candidate,
@@ -285,8 +281,9 @@ class Scored:
     rated: int  # draws (Candidate.draws) with a verdict (not sandbox_error), tasks not flaky
     passed: int  # of those, how many passed every test
     controls: Controls = Controls()  # the batch's flaky tasks make no items
-    # tasks whose candidates split between the right answer and one other (generator.
-    # two_answers, of their `behaviour`s): their generator outputs earn no band reward
+    # tasks whose candidates look like a guess (generator.guessed, of their `behaviour`s:
+    # split between the right answer and one other, ...): their generator outputs earn no
+    # band reward
     two_answers: frozenset[str] = frozenset()
 
 
@@ -315,10 +312,7 @@ def score(solutions: Solutions, checks: Sequence[CheckResult], pair_margin: floa
         shown = shown_examples(task, solutions.hints)
         answers = [(behaviour(task, c, r, shown), s.passed)
                    for c, s, r in verdicts for k in range(c.draws)]
-        drawn = [a for a, _ in answers]
-        if two_answers(drawn, [ok for _, ok in answers]) or \
-                item_guess(drawn, answer_items(task)) or \
-                arrangement_guess(drawn, answer_arrangements(task)):
+        if guessed(task, [a for a, _ in answers], [ok for _, ok in answers]):
             split.add(task.task_id)
         pairs += build_pairs(task, prompt, [c for c, _ in mine], [s for _, s in mine],
                              task.generator_version, margin=pair_margin)
@@ -352,14 +346,14 @@ def reward_generator(chunk: GeneratedChunk, pass_rates: Mapping[str, float],
     rewarded = []
     for i, item in enumerate(chunk.inputs):
         flaked = item.task_id is not None and item.task_id in flaky
-        guessed = item.task_id is not None and item.task_id in split
+        was_split = item.task_id is not None and item.task_id in split
         rate = pass_rates.get(item.task_id) if item.task_id and not flaked else None
         reward = generator_reward(item.task_id is not None and not flaked, item.executed,
                                   rate, kind)
         rewarded.append(dataclasses.replace(
             item, index=first_index + i, pass_rate=rate,
             outcome="flaky" if flaked else item.outcome,
-            reward=0.0 if guessed else reward))
+            reward=0.0 if was_split else reward))
     inputs = tuple(rewarded)
     return GeneratorRewards(inputs, tuple(build_generator_pairs(inputs, round_index,
                                                                 solver_version)),

@@ -60,6 +60,10 @@ REJECTED_REWARD = -0.5  # a new program that admission rejected
 # two_answers: with three or more repeated wrong answers, a guess unless the right answer is
 # given more than this many times as often as the most common wrong one
 MANY_READINGS_RATIO = 1.5
+_NO_LITERAL = object()
+# what encoding a solver's literal can raise (an int past Python's digit limit, a nesting past
+# the recursion limit, a NaN)
+_NOT_DATA = (ValueError, TypeError, RecursionError, MemoryError, canonical.NotPlainData)
 
 
 class GeneratorReward(enum.StrEnum):
@@ -118,6 +122,13 @@ def two_answers(answers: Sequence[str | None], passed: Sequence[bool]) -> bool:
             and (len(repeated) <= 2 or right <= MANY_READINGS_RATIO * max(repeated)))
 
 
+def guessed(task: Task, answers: Sequence[str | None], passed: Sequence[bool]) -> bool:
+    """Whether a task's rated draws (`behaviour`s, and whether each passed) look like a guess
+    its generator's band reward must not pay: two_answers, item_guess or arrangement_guess."""
+    return (two_answers(answers, passed) or item_guess(answers, answer_items(task))
+            or arrangement_guess(answers, answer_arrangements(task)))
+
+
 def item_guess(answers: Sequence[str | None], items: Sequence[frozenset[str]]) -> bool:
     """Whether a predict task's draws guess among the items of one argument of its call
     (`items`: per argument, its items as canonical data; `answer_items`): three or more
@@ -127,11 +138,7 @@ def item_guess(answers: Sequence[str | None], items: Sequence[frozenset[str]]) -
     K = 8 (red-team pass 12). An honest "the largest item" keeps its band reward while the
     solver's wrong draws are one or two items; a solver wrong in three ways costs it."""
     values = [_value(a) for a in answers if a is not None]
-    for pool in items:
-        picked = [v for v in values if v in pool]
-        if len(set(picked)) >= 3 and 4 * len(picked) >= 3 * len(answers):
-            return True
-    return False
+    return any(_spread([v for v in values if v in pool], answers) for pool in items)
 
 
 def arrangement_guess(answers: Sequence[str | None], arrangements: Sequence[str]) -> bool:
@@ -146,11 +153,15 @@ def arrangement_guess(answers: Sequence[str | None], arrangements: Sequence[str]
     one wrong in three ways costs it, as item_guess's "the largest item" does."""
     given = [a for a in answers if a is not None]
     keys = [arrangement_key(_literal(a)) for a in given]
-    for key in arrangements:
-        picked = [_value(a) for a, k in zip(given, keys) if k == key]
-        if len(set(picked)) >= 3 and 4 * len(picked) >= 3 * len(answers):
-            return True
-    return False
+    values = [_value(a) for a in given]
+    return any(_spread([v for v, k in zip(values, keys) if k == key], answers)
+               for key in arrangements)
+
+
+def _spread(picked: list[str], answers: Sequence[str | None]) -> bool:
+    """Three or more distinct answers among those `picked`, and they three quarters of the
+    draws or more."""
+    return len(set(picked)) >= 3 and 4 * len(picked) >= 3 * len(answers)
 
 
 def answer_arrangements(task: Task) -> tuple[str, ...]:
@@ -189,12 +200,6 @@ def _value(answer: str) -> str:
         return f"text:{answer.strip()}" if value is _NO_LITERAL else canonical.encode(value)
     except _NOT_DATA:
         return f"text:{answer.strip()}"
-
-
-_NO_LITERAL = object()
-# what encoding a solver's literal can raise (an int past Python's digit limit, a nesting past
-# the recursion limit, a NaN)
-_NOT_DATA = (ValueError, TypeError, RecursionError, MemoryError, canonical.NotPlainData)
 
 
 def _literal(answer: str):
