@@ -86,24 +86,14 @@ def _self_only(spec: dict, numbers: dict) -> list[tuple]:
 
 
 def _socket_families(spec: dict, numbers: dict) -> list[tuple]:
-    """Socket families: argument 0 (its low word) one of these, and for those with a protocol
-    list, argument 2 one of those; else refused."""
+    """Socket families: argument 0 (its low word) one of these, else refused."""
     program = []
     families = spec["socket_families"]
     for name in families["calls"]:
         program += [(BPF_JEQ_K, 0, f"not {name}", numbers[name]),
-                    (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0)]
-        for family in families["allowed"]:
-            protocols = families["protocols"].get(str(family))
-            if protocols is None:
-                program.append((BPF_JEQ_K, "allow", 0, family))
-                continue
-            program += [(BPF_JEQ_K, 0, f"{name} not {family}", family),
-                        (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0 + 16),
-                        *((BPF_JEQ_K, "allow", 0, protocol) for protocol in protocols),
-                        (BPF_RET_K, 0, 0, RET_ERRNO | errno.EAFNOSUPPORT),
-                        ("label", f"{name} not {family}")]  # the accumulator still holds arg 0
-        program += [(BPF_RET_K, 0, 0, RET_ERRNO | errno.EAFNOSUPPORT), ("label", f"not {name}")]
+                    (BPF_LD_W_ABS, 0, 0, OFFSET_ARG0),
+                    *((BPF_JEQ_K, "allow", 0, family) for family in families["allowed"]),
+                    (BPF_RET_K, 0, 0, RET_ERRNO | errno.EAFNOSUPPORT), ("label", f"not {name}")]
     return program
 
 
@@ -159,17 +149,12 @@ def docker_profile(profile: Path = PROFILE) -> str:
     rules += [{"names": [name], **errno_rule,
                "args": [{"index": index, "value": value, "op": "SCMP_CMP_EQ"}]}
               for name, (index, values) in spec["denied_values"].items() for value in values]
-    # Socket families, and the protocols of those that list them: one comparison of an argument
-    # per rule (as below, a rule's conditions must all hold; libseccomp takes one per argument).
+    # Socket families: one comparison of an argument per rule (as below, a rule's conditions
+    # must all hold; libseccomp takes one per argument).
     families = spec["socket_families"]
-    refuse = {"names": families["calls"], "action": "SCMP_ACT_ERRNO",
-              "errnoRet": errno.EAFNOSUPPORT}
-    rules += [{**refuse, "args": [{"index": 0, **arg}]} for arg in _other_values(
-        families["allowed"])]
-    rules += [{**refuse, "args": [{"index": 0, "value": int(family), "op": "SCMP_CMP_EQ"},
-                                  {"index": 2, **arg}]}
-              for family, protocols in families["protocols"].items()
-              for arg in _other_values(protocols)]
+    rules += [{"names": families["calls"], "action": "SCMP_ACT_ERRNO",
+               "errnoRet": errno.EAFNOSUPPORT, "args": [{"index": 0, **arg}]}
+              for arg in _other_values(families["allowed"])]
     # One rule per flag: a rule's argument conditions must all hold, so "any of these flags"
     # is several rules of "(flags & F) == F".
     for flag in spec["clone_denied_flags"]:
