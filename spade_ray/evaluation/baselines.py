@@ -37,6 +37,20 @@ references as honest near-misses): on the seed pool it changes no near-miss's cr
 generated pool, with admission's hidden examples chosen against these guesses
 (`hardest_examples`), near-misses keep their credit (38 of 276 credited, mean 0.059, where the
 floor without splits and examples drawn at random gave 40 of 279, mean 0.053).
+
+Red-team pass 24 found guesses and conditions just outside those lists: the middle item
+(`xs[len(xs) // 2]`, 0.654 on the seed `most_frequent`, above honest attempts with the wrong
+tie rule at 0.308), a change of case, and splits on `len(x) % 2 == 0`, `x[0] < x[-1]`,
+`s.isalpha()`, `b % a == 0`... So UNARY has the middle item, a tail, an init, a square, a
+split into words and three case changes, and SPLITS and SPLITS2 those tests. On the 45 seed
+codegen tasks (/work/notes/s36/floor/measure.py): an extra guess alone earned credit on 4 tasks
+before (up to 0.654) and 1 after (0.25), a split on such a test on 8 (up to 0.667) and 1
+(0.375), a three-way split (two nested conditions, which the floor does not model) on 14 (up to
+0.885) and 9 (0.625); the reference's one-operator mutants, as honest near-misses, were
+credited 45 of 265 times (mean 0.068) before and 34 (0.056) after. The floor's host time on
+those tasks rose from 27 to 42 ms a task, `hardest_examples`' from 46 to 76 ms. `xs[1]` and
+`xs[-2]` are left out: two of them in a row (`sorted(set(xs))[-2]`) solve the seed
+`second_largest`, which admission would then reject as trivial.
 """
 
 from __future__ import annotations
@@ -60,6 +74,9 @@ UNARY = {
     "neg": "-{0}", "abs": "abs({0})", "str": "str({0})", "int": "int({0})",
     "lower": "{0}.lower()", "upper": "{0}.upper()", "strip": "{0}.strip()",
     "set_sorted": "sorted(set({0}))", "wrapped": "[{0}]", "last_index": "len({0}) - 1",
+    "middle": "{0}[len({0}) // 2]", "tail": "{0}[1:]", "init": "{0}[:-1]",
+    "square": "{0} * {0}", "split": "{0}.split()", "title": "{0}.title()",
+    "capitalize": "{0}.capitalize()", "swapcase": "{0}.swapcase()",
 }
 BINARY = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "eq": "{0} == {1}",
@@ -80,8 +97,17 @@ SPLITS = GUARDS | {"zero": "{0} == 0", "one": "{0} == 1",
                    "even": "type({0}) in (int, float) and {0} % 2 == 0",
                    "len1": "len({0}) == 1", "is_sorted": "list({0}) == sorted({0})",
                    "has_negative": "any(v < 0 for v in {0})",
-                   "has_duplicate": "len(set({0})) < len({0})"}
-SPLITS2 = {"lt": "{0} < {1}", "gt": "{0} > {1}"}  # `==` and `in` are guesses (BINARY)
+                   "has_duplicate": "len(set({0})) < len({0})",
+                   "mod3": "type({0}) is int and {0} % 3 == 0",
+                   "len_even": "len({0}) % 2 == 0", "first_lt_last": "{0}[0] < {0}[-1]",
+                   "is_sorted_desc": "list({0}) == sorted({0}, reverse=True)",
+                   "palindrome": "{0} == {0}[::-1]", "has_space": "' ' in {0}",
+                   "isalpha": "{0}.isalpha()", "isdigit": "{0}.isdigit()",
+                   "isupper": "{0}.isupper()", "islower": "{0}.islower()",
+                   "all_positive": "all(v > 0 for v in {0})", "sum_positive": "sum({0}) > 0"}
+SPLITS2 = {"lt": "{0} < {1}", "gt": "{0} > {1}",  # `==` and `in` are guesses (BINARY)
+           "divides": "type({0}) is int and type({1}) is int and {1} != 0 and {0} % {1} == 0",
+           "longer": "len({0}) > {1}", "len_eq": "len({0}) == {1}"}
 _OPS: dict[str, Callable[..., Any]] = {
     name: eval(f"lambda a, b=None: {expression.format('a', 'b')}")  # noqa: S307 - our text
     for name, expression in (UNARY | BINARY | OFFSETS | SPLITS | SPLITS2).items()}

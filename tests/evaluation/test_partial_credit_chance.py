@@ -70,4 +70,9 @@ def test_a_wrong_expression_right_on_some_neighbours_by_chance_earns_nothing(san
     assert all(not r.passed for r in results), [r.tests_passed for r in results]
     assert {body: values[body] for bodies in wrong.values() for body in bodies} == dict.fromkeys(
         (body for bodies in wrong.values() for body in bodies), 0.0)
-    assert all(values[body] > 0 for body in near.values()), values
+    # A near-solution keeps credit where the floor leaves room. These examples are fixed (admission
+    # now keeps others, chosen against the middle item and the other guesses since added): on
+    # them the median of xs gets 10 of closest_value's 12 hidden examples, and a split on
+    # xs[0] < xs[-1] 11 of max_index's, so one wrong on one of them earns what a program that
+    # reads nothing would: 0.
+    assert values[near["last_index"]] > 0, values

@@ -112,6 +112,20 @@ def test_no_two_operations_in_a_row_earn_credit_on_any_seed_task(sandbox):
     assert earning(sandbox, programs, owners)[0] == []
 
 
+def test_the_middle_item_earns_nothing_where_an_honest_near_miss_keeps_its_credit(sandbox):
+    # Red-team pass 24: a table of the shown examples, then xs[len(xs) // 2], was right on 22
+    # of most_frequent's 25 examples (0.654) and a pair preferred it to honest Counter
+    # solutions with the wrong tie rule (0.308); the middle item is a guess now (UNARY)
+    task = next(t for t in seed_codegen_tasks(sandbox) if t.entry_point == "most_frequent")
+    middle = table_programs(task, ["a0[len(a0) // 2] if a0 else None"])[0]
+    no_empty_case = ("from collections import Counter\ndef most_frequent(xs):\n"
+                     "    c = Counter(xs)\n    return min(c, key=lambda x: (-c[x], x))\n")
+    found, scores = earning(sandbox, [middle, no_empty_case], [task, task])
+    assert [value for _, program, value in found if program == middle] == []
+    assert scores[0].tests_passed > len(task.visible)  # right beyond its table
+    assert not scores[1].passed and scores[1].value > 0, scores
+
+
 # Seed programs admitted as a generator's codegen tasks with augment_inputs 8 (cpu_gemma): most
 # hidden examples are one-step mutations of the generator's inputs, neighbours of the shown ones.
 AUGMENTED = ("second_largest", "lucas", "count_change", "hanoi", "last_index", "max_index",

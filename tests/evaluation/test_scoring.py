@@ -257,15 +257,15 @@ def test_a_run_that_ends_badly_after_every_test_passed_scores_below_one(sandbox)
 
 
 def test_examples_the_hint_lever_shows_give_no_partial_credit_either(sandbox, monkeypatch):
-    # x * x + 1 on 1..10, two visible: a table of the first five beats the floor (two
+    # x * x + 5 on 1..10, two visible: a table of the first five beats the floor (two
     # constants split by a condition: two hidden right) at the task's own two, and is worth
     # nothing once the hint lever shows three. The lever's own arithmetic, without the
     # allowance for luck (tested on its own below).
     monkeypatch.setattr(scoring, "CHANCE_SHARE", 0.0)
-    examples = tuple(canonical.example((x,), x * x + 1) for x in range(1, 11))
+    examples = tuple(canonical.example((x,), x * x + 5) for x in range(1, 11))
     task = dataclasses.replace(examples_task(TaskFamily.CODEGEN, visible=2), tests=TestSuite(
         examples=examples, entry_point="clip"), visible=examples[:2], most_shown=3)
-    table = "def clip(x):\n    return {1: 2, 2: 5, 3: 10, 4: 17, 5: 26}.get(x, 0)\n"
+    table = "def clip(x):\n    return {1: 6, 2: 9, 3: 14, 4: 21, 5: 30}.get(x, 0)\n"
     assert [shown_examples(task, h) for h in (None, 0, 1, 3, 100)] == [2, 0, 1, 3, 3]
     # admission's bound (None: the visible ones) caps what the lever shows
     for most, shown in ((None, 2), (2, 2), (4, 4)):

@@ -259,7 +259,7 @@ def test_a_task_written_twice_in_one_call_is_admitted_once(sandbox):
 
 
 def test_a_generated_reference_without_a_mutation_site_is_not_a_task(sandbox):
-    p = proposal("def f(s: str) -> str:\n    return s.swapcase()", "f('aB')\nf('xyZ')\nf('Q')")
+    p = proposal("def f(s: str) -> str:\n    return s.encode().hex()", "f('aB')\nf('xyZ')\nf('Q')")
     assert verdict(sandbox, p).reason == "no_mutants"
     seed = admit([p], [CODEGEN], ["strings"], sandbox, LIMITS, source=TaskSource.SEED)[0]
     assert seed.valid and seed.mutation_score is None  # the shipped pool is curated
@@ -272,8 +272,7 @@ def test_examples_that_catch_every_mutant_everywhere_are_strong(sandbox):
 
 
 def test_repair_needs_a_mutant_the_examples_catch(sandbox):
-    # (mixed case: on lower-case words alone, upper() is a guess that passes every example)
-    p = proposal("def f(s: str) -> str:\n    return s.swapcase()", "f('aB')\nf('bc')\nf('XyZ')")
+    p = proposal("def f(s: str) -> str:\n    return s.encode().hex()", "f('aB')\nf('bc')\nf('XyZ')")
     seed = functools.partial(admit, executor=sandbox, limits=LIMITS, source=TaskSource.SEED)
     assert seed([p], [CODEGEN], ["strings"])[0].valid  # a seed need not have a mutant
     assert seed([p], [REPAIR], ["strings"])[0].reason == "no_killed_mutant"

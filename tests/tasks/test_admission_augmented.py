@@ -71,10 +71,12 @@ def test_a_task_a_split_of_two_guesses_passes_is_trivial(sandbox):
     # which they are by default (augment_inputs was 0 but in the gemma configs: a user's own
     # experiment admitted such a task, and paid a wrong program 1.0 on it)
     assert verdict(sandbox, p, CODEGEN, AdmissionConfig()).reason == "trivial_passes:split"
-    # one step more (the count of items before t) is no split of guesses
+    # one step more (the count of items before t) is no split of guesses, as augmented inputs
+    # show (on the 5 hidden examples of one augmented input, one of the floor's splits fits
+    # it by chance)
     index = proposal(p.reference.replace("        n += 1\n", "        if x == t:\n"
                                          "            break\n        n += 1\n"), "\n".join(p.calls))
-    assert verdict(sandbox, index, CODEGEN, SPLIT).valid
+    assert verdict(sandbox, index, CODEGEN, AdmissionConfig()).valid
 
 
 def test_a_reference_that_loops_on_an_augmented_input_keeps_its_own_examples(sandbox):
