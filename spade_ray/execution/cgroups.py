@@ -34,13 +34,13 @@ ROOT = Path("/sys/fs/cgroup")
 GROUP = "spade-ray"
 V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
 CPU_PERIOD_US = 100_000  # one core's worth per period: a multi-threaded candidate gets one CPU
-# How far above its idle level a worker's memory group may be after a run, page cache aside,
-# before the worker is recycled (PeakMeter.left_charged). Measured here (cgroup v1) after 18
-# honest runs of 9 kinds (60 MB allocated, 100 files written, 8 threads, a fork, TCP on
-# loopback, 8 stdlib imports): local 0.14-0.56 MB (the spare candidate), Docker 8.6-9.7 MB (the
-# server and its spares), so 1 MB of spread; a leaking run left 15 MB per socketpair cycle
-# (red-team s24 H1). 8 MB stays clear of the spread and costs a later run at most 6% of a
-# 128 MB limit.
+# How far above its idle level a worker's memory group may be after a run, page cache
+# included, before the worker is recycled (PeakMeter.left_charged). Measured here (cgroup v1)
+# after 27 honest runs of 9 kinds (60 MB allocated, 100 files written, 8 threads, a fork, 26
+# stdlib imports, string and integer work): local -0.2-0.4 MB, Docker -0.6-5.7 MB (the cache of
+# the image's files its first imports read; /work/notes/s36/cache/leftover.py); a leaking run
+# left 15 MB per socketpair cycle (red-team s24 H1). 8 MB stays clear of those and costs a
+# later run at most 6% of a 128 MB limit.
 LEFT_CHARGED_MB = 8
 
 
@@ -51,7 +51,8 @@ class CgroupUnavailable(RuntimeError):
 class PeakMeter:
     """A memory cgroup's peak usage over a span, above what the group held when the span began
     (kernel memory and page cache that earlier processes of the group left outlive them: the
-    dentries of a million failed lookups would count in every later run's peak). v1:
+    dentries of a million failed lookups would count in every later run's peak; what a run
+    leaves is bounded: left_charged). v1:
     memory.max_usage_in_bytes, reset by writing 0, and memory.usage_in_bytes; v2: memory.peak
     through its own fd (a reset holds per open file; kernel >= 6.12, older ones keep the peak
     since the group was made) and memory.current. The files stay open until `close`."""
@@ -65,7 +66,6 @@ class PeakMeter:
             self._peak = os.open(directory / peak, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:  # v2 before kernel 5.19: no memory.peak
             self._peak = None
-        self._stat = os.open(directory / "memory.stat", os.O_RDONLY | os.O_CLOEXEC)
         self._base = 0
         self.idle_mb: float | None = None  # what the group held at the first begin()
 
@@ -77,40 +77,30 @@ class PeakMeter:
                 pass
         self._base = int(os.pread(self._usage, 64, 0))
         if self.idle_mb is None:
-            self.idle_mb = self.held_mb()
-
-    def held_mb(self) -> float:
-        """What the group holds now, less its page cache (which the kernel reclaims at the limit
-        rather than fail a run): memory of live processes, tmpfs pages and kernel memory."""
-        stat = {}
-        for line in os.pread(self._stat, 65536, 0).decode().splitlines():
-            key, _, value = line.partition(" ")
-            stat[key] = int(value) if value.isdigit() else 0
-        prefix = "total_" if self.v1 else ""  # v1: the group's and its children's
-        cache = stat.get(f"{prefix}active_file", 0) + stat.get(f"{prefix}inactive_file", 0)
-        return (int(os.pread(self._usage, 64, 0)) - cache) / 2**20
+            self.idle_mb = self._base / 2**20
 
     def left_charged(self) -> bool:
         """Whether the group holds more than LEFT_CHARGED_MB above its idle level: what a run
-        left there (H1: sockets in an SCM_RIGHTS cycle that no process holds any more) would
-        count against every later run's memory limit, so the worker must be recycled."""
+        left there would count against every later run's memory limit (H1: sockets in an
+        SCM_RIGHTS cycle that no process holds any more), or hide in its peak, so the worker
+        must be recycled. Page cache included: the kernel evicts it at the limit rather than
+        fail a run, so a later run's allocations replaced it and read as no rise (red-team s36:
+        a run that left 122 MB of cache from the host's files under a 128 MB limit had every
+        later run of a 40 MB program on the worker read a peak of 5.3 MB, and win the tie-break
+        against itself on a fresh one)."""
         if self.idle_mb is None:
             return False
-        # usage (page cache included) bounds what is held: the costlier memory.stat (v1 sums
-        # it over the hierarchy) is read only when usage alone is over
-        usage_mb = int(os.pread(self._usage, 64, 0)) / 2**20
-        return (usage_mb - self.idle_mb > LEFT_CHARGED_MB
-                and self.held_mb() - self.idle_mb > LEFT_CHARGED_MB)
+        return int(os.pread(self._usage, 64, 0)) / 2**20 - self.idle_mb > LEFT_CHARGED_MB
 
     def peak_mb(self) -> float:
         peak = int(os.pread(self._peak, 64, 0)) if self._peak is not None else 0
         return max(0, peak - self._base) / 2**20
 
     def close(self) -> None:
-        for fd in (self._usage, self._peak, self._stat):
+        for fd in (self._usage, self._peak):
             if fd is not None:
                 os.close(fd)
-        self._usage = self._peak = self._stat = None
+        self._usage = self._peak = None
 
 
 def detect(root: Path = ROOT) -> str:

@@ -11,6 +11,7 @@ test_run_isolation.py covers what the server can put back itself.
 
 import dataclasses
 import hashlib
+import os
 import secrets
 import textwrap
 
@@ -162,6 +163,39 @@ def test_memory_a_run_leaves_charged_recycles_the_worker(backend):
         flooded = int(sandbox.run(flood).stdout)
         after = int(sandbox.run("import os\nprint(os.getpid())").stdout)
     assert after < flooded, (flooded, after)
+
+
+# Large files of the host's /usr that the local jail sees (make test installs Chromium and
+# Docker's engine): a run that reads one fills page cache charged to its worker's group.
+BIG_HOST_FILES = ("/usr/lib/chromium/chromium", "/usr/sbin/dockerd", "/usr/bin/dockerd")
+
+
+def test_page_cache_a_run_leaves_does_not_hide_the_next_runs_memory(backend):
+    """The kernel evicts page cache at the limit rather than fail a run, so a later run's
+    allocations replaced what an earlier one left and read as no rise: after a run that filled
+    its group with the cache of a host file, a 40 MB program read a peak of 5.3 MB, and won the
+    tie-break against itself on a fresh worker (red-team s36). Page cache counts in
+    cgroups.LEFT_CHARGED_MB now: the worker is recycled, the next peak is the program's."""
+    if backend != "local":
+        pytest.skip("the sandbox image holds no file big enough to fill a group's cache")
+    path = next((p for p in BIG_HOST_FILES
+                 if os.path.isfile(p) and os.path.getsize(p) >= 100 << 20), None)
+    assert path is not None, f"none of {BIG_HOST_FILES} (make test installs Chromium)"
+    fd = os.open(path, os.O_RDONLY)
+    try:  # cold, so that the run's reads are charged to its group
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    fill = (f"with open({path!r}, 'rb') as f:\n    for _ in range(100):\n"
+            "        f.read(1 << 20)\n")
+    honest = "x = bytearray(40 << 20)\nfor i in range(0, len(x), 4096):\n    x[i] = 1\n"
+    limits = dataclasses.replace(TEST_LIMITS, memory_mb=128, timeout_s=10, cpu_s=5)
+    with open_sandbox(backend, limits=limits, workers=1) as sandbox:
+        alone = sandbox.run(honest)
+        filled = sandbox.run(fill)
+        after = sandbox.run(honest)
+    assert alone.status is filled.status is after.status is ExecStatus.OK, (alone, filled, after)
+    assert alone.peak_memory_mb >= 38 and after.peak_memory_mb >= 38, (alone, after)
 
 
 # Everything of the last runs a candidate could find without help: every frame's locals and
