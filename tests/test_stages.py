@@ -59,17 +59,18 @@ def test_a_task_whose_reference_fails_its_own_tests_now_is_flaky(sandbox):
 
 
 def test_what_the_hint_lever_showed_earns_no_partial_credit(sandbox, monkeypatch):
-    # f(x) = x * x + 1 on ten inputs, two visible; at hints 3 the prompt showed the first three
-    # (not 2x, one of the floor's guesses, nor inputs below 3, where one is a guard's: GUARDS).
+    # f(x) = x * x + 5 on ten inputs, two visible; at hints 3 the prompt showed the first three
+    # (not x * x + 1 or 2x, the floor's guesses, nor inputs below 3, where one is a guard's:
+    # GUARDS).
     # The lever's own arithmetic, without scoring's allowance for luck (test_scoring's).
     monkeypatch.setattr(scoring, "CHANCE_SHARE", 0.0)
-    examples = tuple(canonical.example((x,), x * x + 1) for x in range(10, 20))
+    examples = tuple(canonical.example((x,), x * x + 5) for x in range(10, 20))
     task = dataclasses.replace(f.task(), task_id="double", family=TaskFamily.CODEGEN,
-                               entry_point="f", reference="def f(x):\n    return x * x + 1\n",
+                               entry_point="f", reference="def f(x):\n    return x * x + 5\n",
                                tests=TestSuite(examples=examples, entry_point="f"),
                                visible=examples[:2], most_shown=3)
     table = dataclasses.replace(f.candidate("double"), code=(
-        "def f(x):\n    return {10: 101, 11: 122, 12: 145, 13: 170, 14: 197}.get(x, -1)\n"))
+        "def f(x):\n    return {10: 105, 11: 126, 12: 149, 13: 174, 14: 201}.get(x, -1)\n"))
     checks = sandbox.check_many([table.code], [task.tests], limits=TEST_LIMITS)
 
     def value(hints):
