@@ -47,6 +47,7 @@ from spade_ray.records import (
 )
 from spade_ray.rollout.sampling import TokenMeter
 from spade_ray.streaming import Ahead
+from spade_ray.tasks.archive import replay_tasks, update_archive
 from spade_ray.tasks.control import (
     ControlConfig,
     Guidance,
@@ -80,9 +81,8 @@ def run_round(run: Run, index: int, state: RoundState) -> tuple[RoundMetrics, Ro
     known = [*run.seeds, *state.archive]
     started_from = run.trainer.carry(state) if run.trainer is not None else state
     injected = [t for t in run.seeds if t.task_id in state.inject]  # after a collapse alarm
-    replay, cursor = stages.replay_tasks(run.seeds, state.archive, state.replay_cursor,
-                                         run.loop.replay_tasks_per_round,
-                                         run.loop.replay_archive_share)
+    replay, cursor = replay_tasks(run.seeds, state.archive, state.replay_cursor,
+                                  run.loop.replay_tasks_per_round, run.loop.replay_archive_share)
     hints = solver_hints(state.control_level, run.generation.admission.visible_examples,
                          run.control)
     solve_execute_score(run, record, budget, [*injected, *(t for t in replay
@@ -128,9 +128,9 @@ def carry_over(run: Run, state: RoundState, record: RoundRecord,
     """What the round hands on before the controller steers: the archive with its new tasks
     (flaky ones left out), the hashes of every task the run admitted, the replay cursor, and
     (loop.overlap) the items the next round's update trains on."""
-    archive = stages.update_archive([t for t in state.archive if t.task_id not in record.flaky],
-                                    [t for t in record.new_tasks if t.task_id not in record.flaky],
-                                    run.loop.archive_size)
+    archive = update_archive([t for t in state.archive if t.task_id not in record.flaky],
+                             [t for t in record.new_tasks if t.task_id not in record.flaky],
+                             run.loop.archive_size)
     admitted = {*state.admitted_hashes,
                 *(normalised_hash(t.reference) for t in record.new_tasks)}
     pending = items if run.trainer is not None and run.loop.overlap else ()
