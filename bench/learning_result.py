@@ -158,7 +158,7 @@ def report_new_task_pass_rate(first: RoundMetrics, last: RoundMetrics) -> None:
     print("\nnew-task pass rate (candidates on the round's own valid generated tasks)")
     for label, m in (("first round", first), ("last round", last)):
         n = m.new_task_candidates
-        passed = round(m.new_task_pass_rate * n)
+        passed = round(m.new_task_pass_rate * n) if n else 0
         low, high = wilson(passed, n)
         print(f"  {label:<12} round {m.round}: " + (
             f"{passed}/{n} = {passed / n:.3f}  95% CI [{low:.3f}, {high:.3f}]" if n else

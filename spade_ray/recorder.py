@@ -246,7 +246,7 @@ class RoundRecord:
             tasks_proposed=self.proposed, tasks_valid=len(self.new_tasks),
             rejection_reasons=tuple(self.rejections.most_common()),
             new_task_pass_rate=(self.new_task_passed / self.new_task_candidates
-                                if self.new_task_candidates else 0.0),
+                                if self.new_task_candidates else None),
             new_task_candidates=self.new_task_candidates,
             mean_difficulty=1 - sum(rates) / len(rates) if rates else 0.0,
             pairs=len(self.pairs), pairs_from_generated=self.pairs_from_generated,
@@ -278,7 +278,7 @@ def round_line(m: RoundMetrics) -> str:
                + (f", {m.flaky_tasks} flaky tasks" if m.flaky_tasks else ""))
     return (f"round {m.round}: val pass@1 {val} ({m.validation_problems} problems) | tasks "
             f"{m.tasks_valid}/{m.tasks_proposed} valid (rejected: {reasons}) | new-task pass "
-            f"{m.new_task_pass_rate:.2f}"
+            + ("n/a" if m.new_task_pass_rate is None else f"{m.new_task_pass_rate:.2f}")
             + (f" ({m.two_answer_tasks} split between two answers)" if m.two_answer_tasks
                else "")
             + f" | difficulty {m.mean_difficulty:.2f} | pairs {m.pairs} "

@@ -206,6 +206,19 @@ def test_a_predict_task_split_between_two_answers_pays_its_generator_no_band_rew
     assert "new-task pass 0.50 (1 split between two answers)" in round_line(metrics)
 
 
+def test_a_round_with_no_new_task_has_no_new_task_pass_rate(record):
+    # 0.0 there read as a round below the band: on the round line, in the report's band chart
+    # and in W&B
+    record.generated(chunk_with([dataclasses.replace(f.generator_input(), task_id=None,
+                                                     outcome="reference_raises")]))
+    meters = {"generator": TokenMeter("generator"), "solver": TokenMeter("solver")}
+    metrics = record.metrics(None, 0, None, meters, 1.0)
+    assert (metrics.new_task_candidates, metrics.new_task_pass_rate) == (0, None)
+    assert "tasks 0/1 valid (rejected: reference_raises=1) | new-task pass n/a |" in round_line(
+        metrics)
+    assert "tasks/new_task_pass_rate" not in wandb_payload(metrics)
+
+
 def chunk_with(items) -> stages.GeneratedChunk:
     return stages.GeneratedChunk(work=(("lists", "codegen"),), inputs=tuple(items), admitted=(),
                                  generate_s=0.0, validate_s=0.0)

@@ -110,7 +110,9 @@ class RoundMetrics:
     tasks_proposed: int  # generator outputs, parsed or not
     tasks_valid: int
     rejection_reasons: tuple[tuple[str, int], ...]  # (reason, count), most common first
-    new_task_pass_rate: float  # fraction of candidates on this round's tasks that passed
+    # fraction of candidates on this round's tasks that passed; None when none was rated (no
+    # new task, or only flaky ones): 0.0 there read as a round below the band
+    new_task_pass_rate: float | None
     mean_difficulty: float  # 1 - mean pass rate per task
     pairs: int
     candidate_diversity: float  # distinct candidates / candidates

@@ -108,7 +108,7 @@ class RoundSignals:
 
     proposed: int  # generator outputs
     duplicates: int  # of those, rejected as duplicate or near_duplicate
-    new_task_pass_rate: float
+    new_task_pass_rate: float | None  # None when nothing was rated
     rated: int  # candidates on new tasks with a verdict (what the pass rate is a fraction of)
     task_diversity: float | None  # None: fewer than two new tasks
     candidate_diversity: float
@@ -208,8 +208,9 @@ def collapse_evidence(history: Sequence[RoundSignals], config: ControlConfig) ->
         before = history[-2]
         flat = (now.validation_pass_at_1 is None or before.validation_pass_at_1 is None
                 or now.validation_pass_at_1 <= before.validation_pass_at_1)
-        rise = now.new_task_pass_rate - before.new_task_pass_rate
-        if before.rated and now.rated and rise >= config.collusion_jump and flat:
+        rise = (now.new_task_pass_rate - before.new_task_pass_rate
+                if before.rated and now.rated else 0.0)
+        if rise >= config.collusion_jump and flat:
             found.append(f"collusion: new-task pass rate +{rise:.2f} while validation did "
                          "not rise")
     return tuple(found)

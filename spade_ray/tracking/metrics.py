@@ -190,7 +190,7 @@ def wandb_payload(m: RoundMetrics) -> dict[str, float]:
         "round": m.round, "generator_version": m.generator_version,
         "solver_version": m.solver_version,
         "tasks/proposed": m.tasks_proposed, "tasks/valid": m.tasks_valid,
-        "tasks/valid_rate": m.valid_task_rate, "tasks/new_task_pass_rate": m.new_task_pass_rate,
+        "tasks/valid_rate": m.valid_task_rate,
         "tasks/new_task_candidates": m.new_task_candidates,
         "tasks/mean_difficulty": m.mean_difficulty, "pairs": m.pairs,
         "pairs/solver": m.pairs - m.generator_pairs, "pairs/generator": m.generator_pairs,
@@ -198,6 +198,8 @@ def wandb_payload(m: RoundMetrics) -> dict[str, float]:
         "tokens/solver": m.tokens_solver, "sandbox/cpu_s": m.sandbox_cpu_s,
         "time/round_s": m.wall_s,
     }
+    if m.new_task_pass_rate is not None:
+        payload["tasks/new_task_pass_rate"] = m.new_task_pass_rate
     if m.validation_pass_at_1 is not None:
         payload["validation/pass_at_1"] = m.validation_pass_at_1
         payload["validation/problems"] = m.validation_problems

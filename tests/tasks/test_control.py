@@ -144,6 +144,13 @@ def test_pass_rate_jumping_while_validation_stays_flat_is_collusion():
     assert collapse_evidence([before, rising], CONFIG) == ()
 
 
+def test_a_round_with_nothing_rated_is_no_evidence_of_collusion_either_side():
+    unrated = signals(new_task_pass_rate=None, rated=0)
+    assert collapse_evidence([unrated, signals(new_task_pass_rate=0.65)], CONFIG) == ()
+    assert collapse_evidence([signals(new_task_pass_rate=0.0), unrated], CONFIG) == ()
+    assert next_level(1, unrated, CONFIG) == 1
+
+
 def test_too_few_candidates_are_not_evidence():
     assert collapse_evidence([signals(new_task_pass_rate=1.0, rated=2)], CONFIG) == ()
 
