@@ -25,8 +25,10 @@ Hard rules first, and only rules:
 Order: `rank_key` is the rule key (value, then passed). It depends only on test outcomes, so the
 same code gets the same key on every run, and it is a total order fit for sorting. `compare`
 refines it: when BOTH candidates pass every test, lower CPU time and then lower peak memory win,
-but only beyond a noise margin. Margins cannot live in a sort key (being "within noise" is not
-transitive), which is why efficiency is in `compare` only.
+but only beyond a noise margin, and beyond what the harness's own coding of the task's calls
+costs in the candidate's process (`codec_margins`: a program can replace that code, so what it
+saves there is the harness's work, not a better algorithm). Margins cannot live in a sort key
+(being "within noise" is not transitive), which is why efficiency is in `compare` only.
 
 Non-goals: an LLM judge (off by default in the design). Its seam is `compare`: only pairs that
 the rules call equal (compare == 0) may be sent to a judge; a judge never overrides a rule.
@@ -53,6 +55,17 @@ CPU_MARGIN_S = 0.020
 # Same measurement: peak memory of one program varied by at most 0.55 MB (cgroup accounting).
 MEMORY_MARGIN_REL = 0.10
 MEMORY_MARGIN_MB = 2.0
+# The arguments of each call are decoded, and its answer encoded, by the harness's codec in the
+# candidate's own process (sandbox/child.py), charged to the run, and the program can replace
+# that code: red-team s37 swapped `canonical.decode` for a faster one of its own argument shape
+# and won every tie-break against the same `sum(xs)` (0.10 against 0.27-0.34 s of CPU, four
+# calls of 100,000 ints). Measured here (pure-Python codec): decode 1.1 us and encode 0.5-0.7 us
+# a token, ~4 ns a character of a str or bytes; the margins are about twice the whole cost, so
+# no saving on the coding decides a pair. Memory: json.loads' list of token strs and the
+# encoder's list are ~60 bytes a token while one call is coded.
+CODEC_CPU_S_PER_TOKEN = 4e-6
+CODEC_CPU_S_PER_CHAR = 1e-8
+CODEC_MB_PER_TOKEN = 1.2e-4
 
 # The share of the examples left above the floor (baselines.null_credit) that a wrong program
 # may get right by chance, and so earns nothing either. The floor is the best of a finite family
@@ -115,10 +128,27 @@ def score(candidate: Candidate, result: CheckResult, task: Task | None = None,
             value = 0.0
         else:
             value = partial_credit(result, task, hints)
+    codec_cpu_s, codec_mb = codec_margins(task) if task is not None else (0.0, 0.0)
     return Score(candidate_id=candidate.candidate_id, task_id=candidate.task_id, value=value,
                  passed=result.passed, tests_passed=tests_passed,
                  tests_total=result.tests_total, status=status,
-                 cpu_s=result.execution.cpu_s, peak_memory_mb=result.execution.peak_memory_mb)
+                 cpu_s=result.execution.cpu_s, peak_memory_mb=result.execution.peak_memory_mb,
+                 codec_cpu_s=codec_cpu_s, codec_mb=codec_mb)
+
+
+def codec_margins(task: Task) -> tuple[float, float]:
+    """The CPU seconds (all calls) and MB (the largest call) that the harness's coding of a
+    passing candidate's calls can take in its process: each example's arguments decoded and
+    its expected result encoded, counted on their canonical text (a JSON array of token
+    strings: one '","' between two tokens). 0 for a suite of assert or check code, whose
+    arguments the host does not know (HumanEval's; its tasks are never paired)."""
+    cpu_s = mb = 0.0
+    for example in task.tests.examples:
+        tokens = example.args.count('","') + example.expected.count('","') + 2
+        chars = len(example.args) + len(example.expected)
+        cpu_s += tokens * CODEC_CPU_S_PER_TOKEN + chars * CODEC_CPU_S_PER_CHAR
+        mb = max(mb, tokens * CODEC_MB_PER_TOKEN + 2 * chars / 2**20)
+    return cpu_s, mb
 
 
 def partial_credit(result: CheckResult, task: Task, hints: int | None = None) -> float:
@@ -186,10 +216,12 @@ def compare(a: Score, b: Score) -> int:
         return 1 if key_a > key_b else -1
     if not (a.passed and b.passed):
         return 0  # efficiency only separates correct programs
-    by_cpu = _lower_wins(a.cpu_s, b.cpu_s, CPU_MARGIN_REL, CPU_MARGIN_S)
+    by_cpu = _lower_wins(a.cpu_s, b.cpu_s, CPU_MARGIN_REL,
+                         CPU_MARGIN_S + max(a.codec_cpu_s, b.codec_cpu_s))
     if by_cpu:
         return by_cpu
-    return _lower_wins(a.peak_memory_mb, b.peak_memory_mb, MEMORY_MARGIN_REL, MEMORY_MARGIN_MB)
+    return _lower_wins(a.peak_memory_mb, b.peak_memory_mb, MEMORY_MARGIN_REL,
+                       MEMORY_MARGIN_MB + max(a.codec_mb, b.codec_mb))
 
 
 def _lower_wins(x: float, y: float, rel: float, absolute: float) -> int:

@@ -327,6 +327,11 @@ class Score:
     status: ExecStatus
     cpu_s: float
     peak_memory_mb: float
+    # what the harness's own coding of the task's calls can cost in the candidate's process,
+    # where a program can replace it: compare() tells two passes apart only beyond it
+    # (evaluation/scoring.py, codec_margins); 0 where the task is unknown or has no examples
+    codec_cpu_s: float = 0.0
+    codec_mb: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

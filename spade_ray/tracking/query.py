@@ -35,7 +35,8 @@ marked JSON hold JSON text (use json_extract); primary keys make re-recording a 
       passed, suspicion (what the grader saw that honest code does not do), text_state
   scores            (run_id, round, candidate_id) -- the evaluator's verdict
       candidate_id, task_id, value, passed, tests_passed, tests_total, status, cpu_s,
-      peak_memory_mb
+      peak_memory_mb, codec_cpu_s, codec_mb (what the harness's coding of the task's calls
+      can cost the candidate: an efficiency difference counts only beyond it)
   pairs             (run_id, round, chosen_candidate_id, rejected_candidate_id)
       task_id, prompt, chosen, rejected, chosen_candidate_id, rejected_candidate_id,
       chosen_score, rejected_score, pair_solver_version, pair_generator_version, role

@@ -20,13 +20,15 @@ from spade_ray.records import CheckResult, Completion, ExecResult, Task, from_di
 
 R = TypeVar("R")
 
-SCHEMA_VERSION = 4  # 2: executions.attempts, .suspicion; 3: generator rewards, pair roles;
-# 4: tasks.most_shown, candidates.draws
+SCHEMA_VERSION = 5  # 2: executions.attempts, .suspicion; 3: generator rewards, pair roles;
+# 4: tasks.most_shown, candidates.draws; 5: scores.codec_cpu_s, .codec_mb
 # What turns a file of the version it is keyed by into the next: a run recorded before resumes
 # with nothing lost (a task recorded without most_shown reads None: its visible examples; a
-# candidate without draws, 1).
+# candidate without draws, 1; a score without codec margins, 0: the margins before them).
 MIGRATIONS = {3: ("ALTER TABLE tasks ADD COLUMN most_shown INTEGER",
-                  "ALTER TABLE candidates ADD COLUMN draws INTEGER NOT NULL DEFAULT 1")}
+                  "ALTER TABLE candidates ADD COLUMN draws INTEGER NOT NULL DEFAULT 1"),
+              4: ("ALTER TABLE scores ADD COLUMN codec_cpu_s REAL NOT NULL DEFAULT 0",
+                  "ALTER TABLE scores ADD COLUMN codec_mb REAL NOT NULL DEFAULT 0")}
 
 # Every row says which run, which round, and which weights were live when it was written.
 _STAMP = """run_id TEXT NOT NULL, round INTEGER NOT NULL,
@@ -63,6 +65,7 @@ TABLES: dict[str, str] = {
     "scores": """candidate_id TEXT NOT NULL, task_id TEXT NOT NULL, value REAL NOT NULL,
         passed INTEGER NOT NULL, tests_passed INTEGER NOT NULL, tests_total INTEGER NOT NULL,
         status TEXT NOT NULL, cpu_s REAL NOT NULL, peak_memory_mb REAL NOT NULL,
+        codec_cpu_s REAL NOT NULL DEFAULT 0, codec_mb REAL NOT NULL DEFAULT 0,
         PRIMARY KEY (run_id, round, candidate_id)""",
     "pairs": """task_id TEXT NOT NULL, prompt TEXT NOT NULL, chosen TEXT NOT NULL,
         rejected TEXT NOT NULL, chosen_candidate_id TEXT NOT NULL,

@@ -33,6 +33,7 @@ from spade_ray.records import (
     TestOutcome,
     TestSuite,
 )
+from tests.conftest import TEST_LIMITS, open_sandbox
 
 ADD_TESTS = TestSuite(asserts=("assert add(1, 2) == 3", "assert add(0, 0) == 0",
                                "assert add(-2, 1) == -1"))
@@ -152,6 +153,64 @@ def test_memory_breaks_a_cpu_tie_only_beyond_its_margin():
     assert compare(base, dataclasses.replace(base, peak_memory_mb=11.5)) == 0  # < 2 MB
     assert compare(dataclasses.replace(base, peak_memory_mb=100.0),
                    dataclasses.replace(base, peak_memory_mb=108.0)) == 0  # < 10 %
+
+
+# Red-team s37: the harness decodes each call's arguments in the candidate's process, charged to
+# it; this correct program swaps in a faster decoder of its own argument shape (anything else
+# goes to the harness's) and read 0.10 s of CPU against the same sum(xs)'s 0.27-0.34 s.
+OWN_DECODER = """
+import json, sys
+_codec = sys.modules["canonical"]
+_theirs = _codec.decode
+def _mine(text):
+    try:
+        t = json.loads(text)
+        n = int(t[4][1:])
+        if t[0] == "U4" and t[3] == "U1" and t[4][0] == "L" and len(t) == 6 + n:
+            return (int(t[1][1:], 16), t[2][1:], ([int(s[1:], 16) for s in t[5:5 + n]],), {})
+    except Exception:
+        pass
+    return _theirs(text)
+_codec.decode = _mine
+def total(xs):
+    return sum(xs)
+"""
+
+
+def sum_task(examples: int, items: int) -> Task:
+    lists = [list(range(i, i + items)) for i in range(examples)]
+    tests = TestSuite(examples=tuple(canonical.example((xs,), sum(xs)) for xs in lists),
+                      entry_point="total")
+    return Task(task_id="total", family=TaskFamily.CODEGEN, topic="lists",
+                description="The sum of xs.", entry_point="total",
+                signature="def total(xs: list) -> int:", tests=tests,
+                reference="def total(xs: list) -> int:\n    return sum(xs)\n", buggy=None,
+                visible=tests.examples[:1], limits=LIMITS, source=TaskSource.SEED)
+
+
+def test_a_program_that_replaces_the_harness_codec_does_not_win_the_tie_break(backend):
+    task = sum_task(examples=4, items=50_000)
+    honest = "def total(xs):\n    return sum(xs)\n"
+    codes = [OWN_DECODER, honest] * 2
+    with open_sandbox(backend, limits=TEST_LIMITS, workers=1) as sandbox:
+        results = [sandbox.check(code, task.tests) for code in codes]
+    scores = [score(candidate(code, i, "total"), r, task)
+              for i, (code, r) in enumerate(zip(codes, results))]
+    assert all(s.passed for s in scores)
+    assert scores[0].codec_cpu_s > 0.5 and scores[0].codec_mb > 5
+    assert compare(scores[0], scores[1]) == 0 == compare(scores[2], scores[3])
+
+
+def test_codec_margins_follow_the_data_a_task_moves_and_only_widen_the_tie():
+    small_cpu, small_mb = scoring.codec_margins(examples_task(TaskFamily.CODEGEN, 2))
+    big_cpu, big_mb = scoring.codec_margins(sum_task(examples=4, items=50_000))
+    assert small_cpu < 0.001 and small_mb < 0.01  # six calls of one int: the margins of before
+    assert 0.8 < big_cpu < 1.2 and 5 < big_mb < 10
+    fast = dataclasses.replace(made_score(cpu_s=0.1), codec_cpu_s=big_cpu, codec_mb=big_mb)
+    assert compare(fast, dataclasses.replace(fast, cpu_s=0.9, candidate_id="t/1")) == 0
+    assert compare(fast, dataclasses.replace(fast, cpu_s=1.5, candidate_id="t/1")) == 1
+    assert compare(fast, dataclasses.replace(fast, peak_memory_mb=18.0)) == 0
+    assert compare(fast, dataclasses.replace(fast, peak_memory_mb=20.0)) == 1
 
 
 def test_efficiency_does_not_separate_failing_candidates():

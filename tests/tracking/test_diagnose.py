@@ -264,6 +264,9 @@ def test_a_trace_that_cannot_be_read_is_named_with_the_cause_not_called_no_trace
 
 def _set_schema(run_dir, version: int) -> None:
     with sqlite3.connect(run_dir / "trace.sqlite") as db:
+        if version <= 4:  # undo schema.MIGRATIONS[4]
+            db.execute("ALTER TABLE scores DROP COLUMN codec_cpu_s")
+            db.execute("ALTER TABLE scores DROP COLUMN codec_mb")
         if version == 3:  # undo schema.MIGRATIONS[3]
             db.execute("ALTER TABLE tasks DROP COLUMN most_shown")
             db.execute("ALTER TABLE candidates DROP COLUMN draws")
@@ -276,7 +279,7 @@ def test_an_older_trace_is_diagnosed_through_the_migrations_leaving_the_file_as_
     _set_schema(run_dir, 3)
     before = hashlib.sha256((run_dir / "trace.sqlite").read_bytes()).hexdigest()
     assert cli.main(["diagnose", str(run_dir)]) == 0
-    assert "trace schema v3; read through the migrations to v4" in capsys.readouterr().err
+    assert "trace schema v3; read through the migrations to v5" in capsys.readouterr().err
     assert hashlib.sha256((run_dir / "trace.sqlite").read_bytes()).hexdigest() == before
     assert [c.draws for _, c in load_run(run_dir).candidates] == [1, 1]
 
@@ -285,19 +288,19 @@ def test_trace_and_report_of_an_older_trace_say_which_schema_they_read_it_as(run
                                                                            tmp_path, capsys):
     """They read the file as written (no migration): a v3 trace was read without a word."""
     _set_schema(run_dir, 3)
-    note = "trace schema v3; this code writes v4. It is read as written"
+    note = "trace schema v3; this code writes v5. It is read as written"
     assert cli.main(["trace", str(run_dir), "summary"]) == 0
     assert note in capsys.readouterr().err
     assert cli.main(["report", str(run_dir), "--out", str(tmp_path / "r.html")]) == 0
     assert note in (tmp_path / "r.html").read_text()
-    _set_schema(run_dir, 4)
+    _set_schema(run_dir, 5)
     assert cli.main(["trace", str(run_dir), "summary"]) == 0
     assert "schema" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("version, advice", [
-    (9, "this code reads v4: a newer spade-ray wrote it, diagnose it with that version"),
-    (2, "this code reads v4 and migrates from v3 on, so it cannot read it")])
+    (9, "this code reads v5: a newer spade-ray wrote it, diagnose it with that version"),
+    (2, "this code reads v5 and migrates from v3 on, so it cannot read it")])
 def test_a_trace_of_a_schema_it_cannot_read_names_both_versions_and_what_to_do(
         run_dir, version, advice):
     _set_schema(run_dir, version)

@@ -191,14 +191,17 @@ def test_schema_of_another_version_is_refused(tmp_path):
 
 
 def test_a_file_of_the_previous_schema_is_brought_up_to_date_with_nothing_lost(tmp_path):
-    # A v3 file (before tasks.most_shown and candidates.draws) as a run recorded it: the run
-    # resumes on it.
+    # A v3 file (before tasks.most_shown, candidates.draws and the scores' codec margins) as a
+    # run recorded it: the run resumes on it.
     with TraceStore(tmp_path / "t.db", "run") as s:
         s.record_task(0, f.task(0), valid=True, reason="", versions=V)
         s.record_candidate(0, f.candidate(), V)
+        s.record_score(0, f.score(), V)
     with sqlite3.connect(tmp_path / "t.db") as db:
         db.execute("ALTER TABLE tasks DROP COLUMN most_shown")
         db.execute("ALTER TABLE candidates DROP COLUMN draws")
+        db.execute("ALTER TABLE scores DROP COLUMN codec_cpu_s")
+        db.execute("ALTER TABLE scores DROP COLUMN codec_mb")
         db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
     with TraceStore(tmp_path / "t.db", "run") as s:
         s.record_task(1, dataclasses.replace(f.task(1), most_shown=3), valid=True, reason="",
@@ -208,6 +211,9 @@ def test_a_file_of_the_previous_schema_is_brought_up_to_date_with_nothing_lost(t
                                                                              most_shown=3)]
         assert [c.draws for c in s.candidates()] == [1, 3]
         assert f.task(0).most_shown is None
+        margins = dataclasses.replace(f.score("t0/1"), codec_cpu_s=0.5, codec_mb=3.0)
+        s.record_score(1, margins, V)
+        assert s.scores() == [f.score(), margins]
 
 
 # Writes rounds forever, resuming like the loop does. Ids carry the attempt (pid), so rows a
