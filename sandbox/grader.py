@@ -28,8 +28,9 @@ comes back as the builtin exception of that name (or CandidateException), so tes
 `ValueError` work, except StopIteration and StopAsyncIteration, which would end the test's own
 iteration (a CandidateException instead); a candidate that dies, answers out of turn or sends
 malformed data fails every later call with CandidateGone, a BaseException that test code's
-`except Exception` cannot swallow. Everything the tester notices that honest code would not do
-is reported as `suspicion`.
+`except Exception` cannot swallow, and a test in which a call raised it errors whatever its code
+did with it (a `return` in a `finally`, a thread's asserts: `Link.call`). Everything the tester
+notices that honest code would not do is reported as `suspicion`.
 
 Report (fd 3, one JSON object, then exit): {"nonce", "outcomes": [...], "suspicion": [str]}.
 """
@@ -91,10 +92,20 @@ class Link:
         self.gone = ""
         self.lost_at = 0  # the number of the call whose reply broke the link, once it did
         self.suspicion = []
+        self.gone_calls = 0  # test code's calls that raised CandidateGone
+        self.last_gone = None  # the last of those CandidateGones
 
     def call(self, name, args, kwargs):
-        """The candidate's answer to one call, as data."""
-        return self.read(*self.ask(name, args, kwargs))
+        """The candidate's answer to one call of the test code, as data. A CandidateGone is
+        counted before the test code gets it: test code can drop it (a `return` or `continue`
+        in a `finally`, asserts run in a thread), and a candidate that exited in the middle of
+        such a check passed it (red-team s37), so `_verdict` reads the count instead."""
+        try:
+            return self.read(*self.ask(name, args, kwargs))
+        except CandidateGone as e:
+            self.gone_calls += 1
+            self.last_gone = e
+            raise
 
     def ask(self, name, args, kwargs, most_bytes=None):
         """Make one call: (its number, the reply's bytes, undecoded); `most_bytes`: a reply
@@ -211,10 +222,10 @@ def grade(tests, link):
         namespace.setdefault(name, Proxy(link, name))
     runs = []
     for i, code in enumerate(asserts):
-        runs.append((f"assert[{i}]", _run(recorder, preamble_error,
+        runs.append((f"assert[{i}]", _run(recorder, link, preamble_error,
                                           lambda c=code: exec(c, namespace))))
     if check:
-        runs.append(("check", _run(recorder, preamble_error,
+        runs.append(("check", _run(recorder, link, preamble_error,
                                    lambda: _run_check(check, namespace, entry))))
     tolerance = float(tests.get("tolerance") or 0.0)
     examples = tests.get("examples") or []
@@ -260,24 +271,28 @@ def _run_check(code, namespace, entry):
     check(namespace[entry])
 
 
-def _run(recorder, preamble_error, body):
+def _run(recorder, link, preamble_error, body):
     """Run one test body (an assert source, or the check) with a fresh record: (records, the
-    exception that stopped it or None, wall seconds)."""
+    exception that stopped it or None, wall seconds, a CandidateGone one of its calls raised,
+    whatever the body did with it, or None)."""
     recorder.records = records = []
     if preamble_error:
-        return records, None, 0.0
+        return records, None, 0.0, None
     start = time.perf_counter()
+    gone_before = link.gone_calls
     try:
         body()
         error = None
     except BaseException as e:  # noqa: BLE001 - judged with the records, after the last call
         error = e
-    return records, error, time.perf_counter() - start
+    gone = link.last_gone if link.gone_calls > gone_before else None
+    return records, error, time.perf_counter() - start, gone
 
 
-def _verdict(name, preamble_error, records, error, wall_s):
+def _verdict(name, preamble_error, records, error, wall_s, gone):
     """The outcome the test would have had had its first failed assert raised: the first record
-    that did not hold decides, else the exception that stopped the body, else passed."""
+    that did not hold decides, else a call that found the candidate gone, else the exception
+    that stopped the body, else passed."""
     start = time.perf_counter() - wall_s
     if preamble_error:
         outcome, message = "error", preamble_error
@@ -291,6 +306,8 @@ def _verdict(name, preamble_error, records, error, wall_s):
             else:
                 error = test_error if test_error is not None else text_error
             break
+        else:
+            error = gone if gone is not None else error
         if error is not None:
             outcome = "failed" if isinstance(error, AssertionError) else "error"
             message = describe(error)
