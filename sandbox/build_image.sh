@@ -5,7 +5,7 @@
 #   rootfs: debootstrap --variant=minbase --include=python3 bookworm, stripped,
 #           cached in $SPADE_CACHE/sandbox-rootfs (rebuilt only if missing/stale)
 #   image:  rootfs + /opt/spade-sandbox/{harness,spawner,pump,child,cleanup,grader,recording,
-#           canonical}.py + /work,
+#           canonical,framing}.py + /work,
 #           via `docker import`
 #   tag:    spade-ray-sandbox:<12 hex of sha256(those files, in that order, + this script)>;
 #           if that tag exists, its ID is printed and nothing is rebuilt.
@@ -27,7 +27,8 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 HERE=$(dirname "$SELF")
 # What runs in the jail, in this order (docker_engine.image_tag hashes the same files).
 JAIL_FILES=("$HERE/harness.py" "$HERE/spawner.py" "$HERE/pump.py" "$HERE/child.py"
-            "$HERE/cleanup.py" "$HERE/grader.py" "$HERE/recording.py" "$HERE/canonical.py")
+            "$HERE/cleanup.py" "$HERE/grader.py" "$HERE/recording.py" "$HERE/canonical.py"
+            "$HERE/framing.py")
 CACHE=${SPADE_CACHE:-${HOME:?HOME is unset; set SPADE_CACHE}/.cache/spade-ray}
 ROOTFS=$CACHE/sandbox-rootfs
 SUITE=bookworm

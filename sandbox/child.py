@@ -24,6 +24,7 @@ import traceback
 import types
 
 import canonical
+import framing
 import grader
 
 WORK_DIR = "/work"
@@ -93,7 +94,7 @@ def candidate_main(fds, join_fds, streams):
                  CALLS_FD: fds["calls_r"], ANSWERS_FD: fds["answers_w"], JOB_FD: fds["job_r"]})
     sys.stdin, sys.stdout, sys.stderr = streams
     sys.argv = ["solution.py"]
-    body = grader.recv_frame(JOB_FD)
+    body = framing.recv_frame(JOB_FD)
     if body is None:  # the server failed before sending a job
         os._exit(70)
     os.close(JOB_FD)
@@ -134,13 +135,13 @@ def grader_main(fds):
                  grader.REPLY_FD: fds["answers_r"], grader.CALL_FD: fds["calls_w"],
                  grader.TESTS_FD: fds["tests_r"]})
     os.chdir("/")  # nothing the candidate writes in /work is near the grader
-    body = grader.recv_frame(grader.TESTS_FD)
+    body = framing.recv_frame(grader.TESTS_FD)
     if body is None:  # a plain run: no tests for this grader
         os._exit(0)
     settings = json.loads(body)
     set_limits(settings["limits"], settings["rlimit_nproc"],
                settings["limits"]["memory_mb"] + 128, False)
-    grader.main(grader.recv_frame(grader.TESTS_FD, cap=grader.TESTS_CAP_BYTES))
+    grader.main(framing.recv_frame(grader.TESTS_FD, cap=grader.TESTS_CAP_BYTES))
 
 
 def set_limits(limits, rlimit_nproc, address_space_mb, shares_memory_cgroup):
@@ -202,11 +203,11 @@ def run_candidate(code, serve):
 def answer_calls(namespace):
     """Serve the grader: one canonical answer per call, until it closes the pipe."""
     while True:
-        body = grader.recv_frame(CALLS_FD)
+        body = framing.recv_frame(CALLS_FD)
         if body is None:
             return
         seq, name, args, kwargs = canonical.decode(body)
-        grader.send_frame(ANSWERS_FD, answer(namespace, seq, name, args, kwargs).encode())
+        framing.send_frame(ANSWERS_FD, answer(namespace, seq, name, args, kwargs).encode())
 
 
 def answer(namespace, seq, name, args, kwargs):

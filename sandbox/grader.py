@@ -40,11 +40,11 @@ import json
 import os
 import select
 import signal
-import struct
 import time
 import types
 
 import canonical
+import framing
 import recording
 
 REPORT_FD, REPLY_FD, CALL_FD, TESTS_FD = 3, 4, 5, 6
@@ -117,8 +117,8 @@ class Link:
         except canonical.NotPlainData as e:
             raise TypeError(f"the test passed an argument that is not plain data: {e}") from None
         try:
-            send_frame(CALL_FD, request.encode("ascii"))
-            reply = recv_frame(REPLY_FD)
+            framing.send_frame(CALL_FD, request.encode("ascii"))
+            reply = framing.recv_frame(REPLY_FD)
         except OSError:
             reply = None
         if reply is None:
@@ -391,7 +391,7 @@ def main(secret):
         signal.signal(signal.SIGINT, lambda *_: link.note(SIGNALLED))  # child.grader_main
         outcomes = grade(tests, link)
         report = {"nonce": tests["nonce"], "outcomes": outcomes, "suspicion": link.suspicion}
-        write_all(REPORT_FD, json.dumps(report).encode("utf-8"))
+        framing.write_all(REPORT_FD, json.dumps(report).encode("utf-8"))
     except BaseException:  # noqa: BLE001 - no report: the check fails, nothing else
         code = 1
     # Our pipes close now, not after the kernel has torn down our memory (exit closes files
@@ -399,50 +399,3 @@ def main(secret):
     # while we do.
     os.closerange(0, 256)  # RLIMIT_NOFILE (child.set_limits)
     os._exit(code)
-
-
-# ---------------------------------------------------------------- framing (harness.py uses it too)
-
-
-def send_frame(fd, *bodies):
-    """Each body after its 4-byte length, all in one writev while the pipe takes them: one
-    wake-up of the reader, and through Docker's attach stream one chunk for the engine to relay
-    instead of two per frame. The bodies are not copied (a report buffer must stay the only
-    place its bytes are)."""
-    parts = []
-    for body in bodies:
-        parts += [struct.pack(">I", len(body)), body]
-    write_all(fd, *parts)
-
-
-def write_all(fd, *parts):
-    views = [memoryview(part) for part in parts]
-    while views:
-        written = os.writev(fd, views)
-        while views and written >= len(views[0]):
-            written -= len(views.pop(0))
-        if written:
-            views[0] = views[0][written:]
-
-
-def recv_frame(fd, cap=canonical.MAX_TEXT_BYTES):
-    """One frame's body, or None at end of stream, on an oversized header or mid-frame EOF."""
-    header = read_exact(fd, 4)
-    if header is None:
-        return None
-    (size,) = struct.unpack(">I", header)
-    if size > cap:
-        return None
-    return read_exact(fd, size)
-
-
-def read_exact(fd, size):
-    """`size` bytes from fd into a fresh bytearray (never an immutable copy), or None at EOF."""
-    buf = bytearray(size)
-    view, got = memoryview(buf), 0
-    while got < size:
-        n = os.readv(fd, [view[got:]])
-        if not n:
-            return None
-        got += n
-    return buf

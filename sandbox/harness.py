@@ -81,6 +81,7 @@ import typing  # noqa: E402,F401
 
 import child  # noqa: E402
 import cleanup  # noqa: E402
+import framing  # noqa: E402
 import grader  # noqa: E402
 import pump  # noqa: E402
 import spawner  # noqa: E402
@@ -128,13 +129,13 @@ class ProtocolError(Exception):
 
 
 def read_raw_frame(fd, cap):
-    header = grader.read_exact(fd, 4)
+    header = framing.read_exact(fd, 4)
     if header is None:
         return None
     (size,) = struct.unpack(">I", header)
     if size > cap:
         raise ProtocolError(f"frame of {size} bytes over the {cap}-byte cap")
-    body = grader.read_exact(fd, size)
+    body = framing.read_exact(fd, size)
     if body is None:
         raise ProtocolError("control channel closed mid-frame")
     return body
@@ -146,8 +147,8 @@ def read_frame(fd):
 
 
 def write_frame(fd, obj, *raw):
-    """A JSON frame, then the raw frames `raw`, in one write (grader.send_frame)."""
-    grader.send_frame(fd, json.dumps(obj, separators=(",", ":")).encode("utf-8"), *raw)
+    """A JSON frame, then the raw frames `raw`, in one write (framing.send_frame)."""
+    framing.send_frame(fd, json.dumps(obj, separators=(",", ":")).encode("utf-8"), *raw)
 
 
 def zero(buf, size=None):

@@ -25,10 +25,10 @@ HARNESS = SANDBOX_DIR / "harness.py"
 CANONICAL = SANDBOX_DIR / "canonical.py"
 # What runs inside the jail (standard library only): the server, the spawner of its children,
 # its run's I/O and limits, its children's set-up, its cleanup, the grader, how its asserts
-# record, and their data codec.
+# record, their data codec, and the frames on their pipes.
 JAIL_FILES = tuple(SANDBOX_DIR / f"{name}.py"
                    for name in ("harness", "spawner", "pump", "child", "cleanup", "grader",
-                                "recording", "canonical"))
+                                "recording", "canonical", "framing"))
 JAIL_DIR = "/opt/spade-sandbox"  # where every backend puts JAIL_FILES inside the jail
 JAIL_HARNESS = f"{JAIL_DIR}/harness.py"
 JAIL_SITE = f"{JAIL_DIR}/site"  # whitelisted packages, on the harness's sys.path
