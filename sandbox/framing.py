@@ -29,15 +29,32 @@ def write_all(fd, *parts):
             views[0] = views[0][written:]
 
 
-def recv_frame(fd, cap=canonical.MAX_TEXT_BYTES):
-    """One frame's body, or None at end of stream, on an oversized header or mid-frame EOF."""
+class FrameError(Exception):
+    """A frame over its reader's cap, or a stream that ended inside a frame."""
+
+
+def read_frame(fd, cap):
+    """One frame's body, or None at the end of the stream; FrameError for a frame over `cap`
+    bytes or cut short (the server's control channel: the host broke the wire format)."""
     header = read_exact(fd, 4)
     if header is None:
         return None
     (size,) = struct.unpack(">I", header)
     if size > cap:
+        raise FrameError(f"frame of {size} bytes over the {cap}-byte cap")
+    body = read_exact(fd, size)
+    if body is None:
+        raise FrameError("channel closed mid-frame")
+    return body
+
+
+def recv_frame(fd, cap=canonical.MAX_TEXT_BYTES):
+    """One frame's body, or None at end of stream, on an oversized header or mid-frame EOF
+    (between the run's processes: a peer that broke a frame has ended the conversation)."""
+    try:
+        return read_frame(fd, cap)
+    except FrameError:
         return None
-    return read_exact(fd, size)
 
 
 def read_exact(fd, size):

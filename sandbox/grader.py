@@ -92,18 +92,16 @@ class Link:
         self.gone = ""
         self.lost_at = 0  # the number of the call whose reply broke the link, once it did
         self.suspicion = []
-        self.gone_calls = 0  # test code's calls that raised CandidateGone
-        self.last_gone = None  # the last of those CandidateGones
+        self.last_gone = None  # the last CandidateGone a call of the test code raised
 
     def call(self, name, args, kwargs):
         """The candidate's answer to one call of the test code, as data. A CandidateGone is
-        counted before the test code gets it: test code can drop it (a `return` or `continue`
+        kept before the test code gets it: test code can drop it (a `return` or `continue`
         in a `finally`, asserts run in a thread), and a candidate that exited in the middle of
-        such a check passed it (red-team s37), so `_verdict` reads the count instead."""
+        such a check passed it (red-team s37), so `_verdict` reads it from here."""
         try:
             return self.read(*self.ask(name, args, kwargs))
         except CandidateGone as e:
-            self.gone_calls += 1
             self.last_gone = e
             raise
 
@@ -279,14 +277,13 @@ def _run(recorder, link, preamble_error, body):
     if preamble_error:
         return records, None, 0.0, None
     start = time.perf_counter()
-    gone_before = link.gone_calls
+    link.last_gone = None
     try:
         body()
         error = None
     except BaseException as e:  # noqa: BLE001 - judged with the records, after the last call
         error = e
-    gone = link.last_gone if link.gone_calls > gone_before else None
-    return records, error, time.perf_counter() - start, gone
+    return records, error, time.perf_counter() - start, link.last_gone
 
 
 def _verdict(name, preamble_error, records, error, wall_s, gone):

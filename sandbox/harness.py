@@ -75,7 +75,7 @@ import re  # noqa: E402,F401
 import select  # noqa: E402,F401
 import signal  # noqa: E402
 import string  # noqa: E402,F401
-import struct  # noqa: E402
+import struct  # noqa: E402,F401
 import time  # noqa: E402
 import typing  # noqa: E402,F401
 
@@ -124,25 +124,8 @@ JOIN_FDS = tuple(int(fd) for fd in (_option("--join-cgroup") or "").split(",") i
 CONTROL_SOCKET = _option("--control-socket")
 
 
-class ProtocolError(Exception):
-    """The host broke the wire format: the server reports it and exits."""
-
-
-def read_raw_frame(fd, cap):
-    header = framing.read_exact(fd, 4)
-    if header is None:
-        return None
-    (size,) = struct.unpack(">I", header)
-    if size > cap:
-        raise ProtocolError(f"frame of {size} bytes over the {cap}-byte cap")
-    body = framing.read_exact(fd, size)
-    if body is None:
-        raise ProtocolError("control channel closed mid-frame")
-    return body
-
-
 def read_frame(fd):
-    body = read_raw_frame(fd, CONTROL_CAP_BYTES)
+    body = framing.read_frame(fd, CONTROL_CAP_BYTES)
     return None if body is None else json.loads(body.decode("utf-8"))
 
 
@@ -341,7 +324,7 @@ def main():
             req = read_frame(ctl_in)
             if req is None:
                 return
-            tests = read_raw_frame(ctl_in, grader.TESTS_CAP_BYTES) if req.get("grade") else None
+            tests = framing.read_frame(ctl_in, grader.TESTS_CAP_BYTES) if req.get("grade") else None
             reply, run = serve_one(req, tests, spares, forker)
         except Exception as e:  # noqa: BLE001 - report, then let the host recycle us
             pump.kill_all()
