@@ -8,8 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "spade_ray"
 STAGES = ("execution", "rollout", "tasks", "evaluation", "preferences", "tracking", "learner")
-WIRING = {"loop.py", "stages.py", "recorder.py", "streaming.py", "training.py", "cluster.py",
-          "connect.py",
+WIRING = {"loop.py", "stages.py", "recorder.py", "budget.py", "streaming.py", "training.py",
+          "cluster.py", "connect.py",
           "cli.py", "app.py", "config.py"}
 
 
